@@ -1,0 +1,11 @@
+// Command tidemark is tidemark's command-line tool.
+//
+// Usage:
+//
+//	tidemark lab offsets [--case normal|stale|handoff | --script FILE] [--strategy prefix|naive] [--json]
+//
+// `lab offsets` replays a trace of one partition's assignments, deliveries,
+// completions and revokes and prints, step by step, the offset that is safe
+// to commit (see docs/watermark.md). It exits with status 2 for a malformed
+// script and 1 for any other error.
+package main

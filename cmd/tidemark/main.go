@@ -1,0 +1,34 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/tidemark/tidemark/cmd/tidemark/internal/lab"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+const usage = `usage: tidemark <command> [arguments]
+
+commands:
+  lab offsets   replay a watermark trace: which offset is safe to commit
+
+Run "tidemark lab offsets -h" for its flags.
+`
+
+// run dispatches to a command and returns the exit status.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) >= 2 && args[0] == "lab" && args[1] == "offsets":
+		return lab.Offsets(args[2:], stdin, stdout, stderr)
+	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
+		fmt.Fprint(stdout, usage)
+		return lab.ExitOK
+	}
+	fmt.Fprint(stderr, usage)
+	return lab.ExitError
+}
