@@ -1,0 +1,127 @@
+package runner_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/runner/runnertest"
+)
+
+// TestPauseAtHighResumeAtLow checks invariant 6: a partition's buffered plus
+// in-flight records never exceed the high water mark; it is paused there and
+// resumed once it falls to the low water mark.
+func TestPauseAtHighResumeAtLow(t *testing.T) {
+	const high, low, n = 40, 10, 400
+	src := runnertest.New()
+	src.BatchSize = 25
+	fill(src, 2, n, 1000)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	var handled atomic.Int64
+	h := func(ctx context.Context, rec runner.Record) error {
+		<-release
+		handled.Add(1)
+		return nil
+	}
+	m := newMeter()
+	r, err := runner.New(src, runner.Handle(topic, h), runner.Order(runner.Unordered), runner.MeterProvider(m.provider),
+		runner.Concurrency(4), runner.WaterMarks(high, low), runner.CommitInterval(2*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started(t, r)
+	if err := src.Assign(context.Background(), tp(0), tp(1)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "partition 0 paused at the high water mark", func() bool { return src.Paused(tp(0)) && src.Paused(tp(1)) })
+	// Give the source every chance to overshoot before looking.
+	time.Sleep(20 * time.Millisecond)
+	for _, p := range r.Stats().Partitions {
+		if p.Buffered > high {
+			t.Fatalf("%s holds %d records, above the high water mark %d", p.TP, p.Buffered, high)
+		}
+		if p.Buffered < high {
+			t.Fatalf("%s paused with %d records, below the high water mark %d", p.TP, p.Buffered, high)
+		}
+	}
+	// Let records through one by one; sample the bound all the way.
+	go func() {
+		for range 2 * n {
+			select {
+			case release <- struct{}{}:
+			case <-time.After(time.Second):
+				return
+			}
+		}
+	}()
+	for handled.Load() < 2*n {
+		for _, p := range r.Stats().Partitions {
+			if p.Buffered > high {
+				t.Fatalf("%s holds %d records, above the high water mark %d", p.TP, p.Buffered, high)
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// 400 records per partition through a window of 40 means many cycles of
+	// pause (at 40) and resume (at 10): a partition is paused again only
+	// after it was resumed.
+	if n := m.sum(t, "tidemark.partitions.pauses"); n < 10 {
+		t.Fatalf("%d pauses for 800 records through a 40-record window: partitions were not resumed at the low water mark", n)
+	}
+	eventually(t, "all committed", committedAt(src, 0, n))
+}
+
+// TestByteCapPausesEverything checks the total buffered-bytes cap.
+func TestByteCapPausesEverything(t *testing.T) {
+	src := runnertest.New()
+	src.BatchSize = 2
+	big := make([]byte, 1000)
+	for p := range int32(3) {
+		for i := range int64(50) {
+			src.Append(runner.Record{Topic: topic, Partition: p, Offset: i, Key: []byte{byte(i)}, Value: big})
+		}
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open)
+	r, err := runner.New(src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+		<-release
+		return nil
+	}), runner.Concurrency(2), runner.ByteWaterMarks(10000, 5000), runner.MaxBufferedBytes(12000),
+		runner.CommitInterval(2*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started(t, r)
+	if err := src.Assign(context.Background(), tp(0), tp(1), tp(2)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "all partitions paused by the byte cap", func() bool {
+		st := r.Stats()
+		total := 0
+		for _, p := range st.Partitions {
+			total += p.Buffered
+		}
+		return src.Paused(tp(0)) && src.Paused(tp(1)) && src.Paused(tp(2)) && total >= 12
+	})
+	// Each partition's own byte high water mark is 10 records; the cap of
+	// 12 records in all must have paused partitions below theirs.
+	below := 0
+	for _, p := range r.Stats().Partitions {
+		if p.Buffered < 10 {
+			below++
+		}
+	}
+	if below == 0 {
+		t.Fatal("every partition reached its own high water mark; the global cap was not what paused them")
+	}
+	open()
+	for p := range int32(3) {
+		eventually(t, "all committed", committedAt(src, p, 50))
+	}
+}

@@ -1,0 +1,104 @@
+package runner_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/runner/runnertest"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+const topic = "t"
+
+func tp(p int32) runner.TP { return runner.TP{Topic: topic, Partition: p} }
+
+// fill appends n records per partition with keys cycling over keys.
+func fill(src *runnertest.Source, partitions, n, keys int) {
+	for p := range partitions {
+		recs := make([]runner.Record, n)
+		for i := range n {
+			recs[i] = runner.Record{Topic: topic, Partition: int32(p), Offset: int64(i), Key: []byte(fmt.Sprintf("k%d", i%keys)), Value: []byte("v")}
+		}
+		src.Append(recs...)
+	}
+}
+
+// started runs r in the background and returns a func that waits for Run's
+// result.
+func started(t *testing.T, r *runner.Runner) func() error {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(context.Background()) }()
+	var once sync.Once
+	var err error
+	wait := func() error {
+		once.Do(func() {
+			select {
+			case err = <-errc:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Run did not return within 30s")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { r.Close(); _ = wait() })
+	return wait
+}
+
+// eventually polls cond until it holds or fails the test after 20s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func committedAt(src *runnertest.Source, p int32, want int64) func() bool {
+	return func() bool {
+		off, ok := src.Committed(tp(p))
+		return ok && off == want
+	}
+}
+
+// meter is a manual OpenTelemetry reader to read the runner's counters.
+type meter struct {
+	reader   *sdkmetric.ManualReader
+	provider *sdkmetric.MeterProvider
+}
+
+func newMeter() *meter {
+	r := sdkmetric.NewManualReader()
+	return &meter{reader: r, provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))}
+}
+
+// sum returns the total of an Int64 counter.
+func (m *meter) sum(t *testing.T, name string) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := m.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, mm := range sm.Metrics {
+			if mm.Name != name {
+				continue
+			}
+			if s, ok := mm.Data.(metricdata.Sum[int64]); ok {
+				for _, dp := range s.DataPoints {
+					total += dp.Value
+				}
+			}
+		}
+	}
+	return total
+}

@@ -1,0 +1,249 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Ordering says which records may run at the same time.
+type Ordering uint8
+
+const (
+	// KeyOrder (the default) runs records of the same key in one partition
+	// one at a time, in offset order; different keys run in parallel. Records
+	// with a nil key have no key to order by and run as in Unordered.
+	KeyOrder Ordering = iota
+	// PartitionOrder runs the records of a partition one at a time, in offset
+	// order.
+	PartitionOrder
+	// Unordered runs any record on any free worker; nothing about order is
+	// promised. Commits still follow the contiguous completed prefix.
+	Unordered
+)
+
+func (o Ordering) String() string {
+	switch o {
+	case KeyOrder:
+		return "key"
+	case PartitionOrder:
+		return "partition"
+	case Unordered:
+		return "unordered"
+	}
+	return fmt.Sprintf("Ordering(%d)", uint8(o))
+}
+
+// Policy says what happens to a record whose handler keeps failing. Build one
+// with Block, DeadLetter or Skip.
+type Policy struct {
+	kind     policyKind
+	attempts int
+	topic    string
+	writer   DeadLetterWriter
+}
+
+type policyKind uint8
+
+const (
+	policyBlock policyKind = iota
+	policyDeadLetter
+	policySkip
+)
+
+// Block retries a failing record forever with backoff. Its key (or
+// partition, or nothing in Unordered mode) waits, the commit does not pass
+// it, and nothing is skipped. It is the default.
+func Block() Policy { return Policy{kind: policyBlock} }
+
+// DeadLetter writes a record to topic after attempts failed attempts and then
+// marks it complete — only once the write is acknowledged; a failing write is
+// retried with backoff and holds the record like Block. The dead-letter
+// record keeps the original key, value and headers and adds
+// tidemark-error, tidemark-attempts, tidemark-origin-topic,
+// tidemark-origin-partition and tidemark-origin-offset. w may be nil when
+// the Source implements DeadLetterWriter.
+func DeadLetter(topic string, attempts int, w DeadLetterWriter) Policy {
+	return Policy{kind: policyDeadLetter, topic: topic, attempts: attempts, writer: w}
+}
+
+// Skip marks a record complete after attempts failed attempts, logs it at
+// error level with its last error and counts it in tidemark.records.skipped.
+// Use it only when losing the record's effect is acceptable.
+func Skip(attempts int) Policy { return Policy{kind: policySkip, attempts: attempts} }
+
+type config struct {
+	handlers       map[string]Handler
+	ordering       Ordering
+	concurrency    int
+	highRecords    int
+	lowRecords     int
+	highBytes      int64
+	lowBytes       int64
+	maxBytes       int64
+	commitInterval time.Duration
+	commitTimeout  time.Duration
+	drainBudget    time.Duration
+	handlerTimeout time.Duration
+	backoffInitial time.Duration
+	backoffMax     time.Duration
+	policy         Policy
+	logger         *slog.Logger
+	meterProvider  metric.MeterProvider
+	tracerProvider trace.TracerProvider
+	errs           []error
+}
+
+// Option configures a Runner.
+type Option func(*config)
+
+// Handle registers h for the records of topic. At least one topic must be
+// registered; registering a topic twice is an error from New.
+func Handle(topic string, h Handler) Option {
+	return func(c *config) {
+		switch {
+		case topic == "":
+			c.errs = append(c.errs, errors.New("Handle: empty topic"))
+		case h == nil:
+			c.errs = append(c.errs, fmt.Errorf("Handle(%q): nil handler", topic))
+		case c.handlers[topic] != nil:
+			c.errs = append(c.errs, fmt.Errorf("Handle(%q): topic registered twice", topic))
+		default:
+			c.handlers[topic] = h
+		}
+	}
+}
+
+// Order sets the ordering mode. Default KeyOrder.
+func Order(o Ordering) Option { return func(c *config) { c.ordering = o } }
+
+// Concurrency sets the number of handlers that may run at once across all
+// partitions (the size of the worker pool). Default 64.
+func Concurrency(n int) Option { return func(c *config) { c.concurrency = n } }
+
+// WaterMarks sets the per-partition flow control in records: a partition is
+// paused when its buffered plus in-flight records reach high and resumed when
+// they fall to low. Defaults 2,000 and 1,000.
+func WaterMarks(high, low int) Option {
+	return func(c *config) { c.highRecords, c.lowRecords = high, low }
+}
+
+// ByteWaterMarks is WaterMarks in bytes of key, value and headers. Defaults
+// 8 MiB and 4 MiB.
+func ByteWaterMarks(high, low int64) Option {
+	return func(c *config) { c.highBytes, c.lowBytes = high, low }
+}
+
+// MaxBufferedBytes caps the bytes buffered and in flight across all
+// partitions; at the cap every partition is paused until the total falls to
+// half of it. Default 256 MiB.
+func MaxBufferedBytes(n int64) Option { return func(c *config) { c.maxBytes = n } }
+
+// CommitInterval sets how often the safe offsets of owned partitions are
+// committed asynchronously. Default 1s.
+func CommitInterval(d time.Duration) Option { return func(c *config) { c.commitInterval = d } }
+
+// CommitTimeout bounds one commit request. Default 10s.
+func CommitTimeout(d time.Duration) Option { return func(c *config) { c.commitTimeout = d } }
+
+// DrainBudget bounds how long a revoke waits for the in-flight handlers of
+// the revoked partitions before its final commit, and how long a shutdown
+// started by the end of Run's ctx waits. It must be well under the group's
+// rebalance timeout. Default 10s.
+func DrainBudget(d time.Duration) Option { return func(c *config) { c.drainBudget = d } }
+
+// HandlerTimeout bounds each handler attempt; an attempt that runs past it
+// has its ctx cancelled and counts as failed. Default 0: no timeout.
+func HandlerTimeout(d time.Duration) Option { return func(c *config) { c.handlerTimeout = d } }
+
+// Backoff sets the retry backoff: exponential from initial, doubling up to
+// max, with full jitter. Defaults 100ms and 10s.
+func Backoff(initial, max time.Duration) Option {
+	return func(c *config) { c.backoffInitial, c.backoffMax = initial, max }
+}
+
+// Failure sets the failure policy. Default Block().
+func Failure(p Policy) Option { return func(c *config) { c.policy = p } }
+
+// Logger sets the structured logger. Default slog.Default().
+func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// MeterProvider sets the OpenTelemetry meter provider. Default the global one.
+func MeterProvider(p metric.MeterProvider) Option { return func(c *config) { c.meterProvider = p } }
+
+// TracerProvider sets the OpenTelemetry tracer provider. Default the global
+// one as it is when New is called (install your SDK before New).
+func TracerProvider(p trace.TracerProvider) Option { return func(c *config) { c.tracerProvider = p } }
+
+// ConfigError is returned by New for an invalid option; Option names it.
+type ConfigError struct {
+	Option string
+	Reason string
+}
+
+func (e *ConfigError) Error() string { return "runner: option " + e.Option + ": " + e.Reason }
+
+func defaults() config {
+	return config{
+		handlers:       map[string]Handler{},
+		ordering:       KeyOrder,
+		concurrency:    64,
+		highRecords:    2000,
+		lowRecords:     1000,
+		highBytes:      8 << 20,
+		lowBytes:       4 << 20,
+		maxBytes:       256 << 20,
+		commitInterval: time.Second,
+		commitTimeout:  10 * time.Second,
+		drainBudget:    10 * time.Second,
+		backoffInitial: 100 * time.Millisecond,
+		backoffMax:     10 * time.Second,
+		policy:         Block(),
+	}
+}
+
+func (c *config) validate() error {
+	if len(c.errs) > 0 {
+		return &ConfigError{Option: "Handle", Reason: errors.Join(c.errs...).Error()}
+	}
+	bad := func(opt, format string, a ...any) error {
+		return &ConfigError{Option: opt, Reason: fmt.Sprintf(format, a...)}
+	}
+	switch {
+	case len(c.handlers) == 0:
+		return bad("Handle", "no topic registered")
+	case c.ordering > Unordered:
+		return bad("Order", "unknown ordering %d", c.ordering)
+	case c.concurrency < 1:
+		return bad("Concurrency", "%d is not positive", c.concurrency)
+	case c.highRecords < 1 || c.lowRecords < 0 || c.lowRecords >= c.highRecords:
+		return bad("WaterMarks", "need 0 <= low < high and high >= 1, got high %d low %d", c.highRecords, c.lowRecords)
+	case c.highBytes < 1 || c.lowBytes < 0 || c.lowBytes >= c.highBytes:
+		return bad("ByteWaterMarks", "need 0 <= low < high and high >= 1, got high %d low %d", c.highBytes, c.lowBytes)
+	case c.maxBytes < c.highBytes:
+		return bad("MaxBufferedBytes", "%d is below the byte high water mark %d", c.maxBytes, c.highBytes)
+	case c.commitInterval <= 0:
+		return bad("CommitInterval", "%v is not positive", c.commitInterval)
+	case c.commitTimeout <= 0:
+		return bad("CommitTimeout", "%v is not positive", c.commitTimeout)
+	case c.drainBudget <= 0:
+		return bad("DrainBudget", "%v is not positive", c.drainBudget)
+	case c.handlerTimeout < 0:
+		return bad("HandlerTimeout", "%v is negative", c.handlerTimeout)
+	case c.backoffInitial <= 0 || c.backoffMax < c.backoffInitial:
+		return bad("Backoff", "need 0 < initial <= max, got %v and %v", c.backoffInitial, c.backoffMax)
+	case c.policy.kind != policyBlock && c.policy.attempts < 1:
+		return bad("Failure", "attempts %d is not positive", c.policy.attempts)
+	case c.policy.kind == policyDeadLetter && c.policy.topic == "":
+		return bad("Failure", "DeadLetter needs a topic")
+	case c.policy.kind == policyDeadLetter && c.handlers[c.policy.topic] != nil:
+		return bad("Failure", "dead-letter topic %q is also consumed", c.policy.topic)
+	case c.logger == nil:
+		return bad("Logger", "nil logger")
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package runner
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/tidemark/tidemark/pkg/rebalance"
+)
+
+// TP names one partition of one topic.
+type TP = rebalance.TP
+
+// Header is one record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Record is one Kafka record handed to a Handler. The runner never changes a
+// Record after delivering it, so a handler may keep it after returning; the
+// handler must not modify Key, Value or Headers, which may be shared with the
+// client's buffers.
+type Record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Headers   []Header
+	Timestamp time.Time
+	// LeaderEpoch is the partition leader epoch of the batch, or -1 when the
+	// source does not know it.
+	LeaderEpoch int32
+}
+
+// TP returns the record's topic and partition.
+func (r *Record) TP() TP { return TP{Topic: r.Topic, Partition: r.Partition} }
+
+// String names the record as topic/partition@offset, the form every tidemark
+// log line and error uses.
+func (r *Record) String() string {
+	return r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) + "@" + strconv.FormatInt(r.Offset, 10)
+}
+
+// Header returns the value of the last header named key, and whether there
+// was one.
+func (r *Record) Header(key string) ([]byte, bool) {
+	for i := len(r.Headers) - 1; i >= 0; i-- {
+		if r.Headers[i].Key == key {
+			return r.Headers[i].Value, true
+		}
+	}
+	return nil, false
+}
+
+// size is what the record counts against the byte water marks.
+func (r *Record) size() int64 {
+	n := int64(len(r.Key) + len(r.Value))
+	for i := range r.Headers {
+		n += int64(len(r.Headers[i].Key) + len(r.Headers[i].Value))
+	}
+	return n
+}
+
+// Handler processes one record. A nil error marks the record complete; an
+// error (or a panic, which the runner recovers) is a failed attempt that the
+// failure policy retries, dead-letters or skips. ctx is cancelled when the
+// record's partition is lost, when a revoke or shutdown runs past its drain
+// budget, on Close, and when the per-attempt timeout (if set) expires; a
+// handler must return promptly once ctx is done.
+type Handler func(ctx context.Context, rec Record) error
+
+// Middleware wraps a Handler, for example to add the inbox, tracing or
+// metrics of the caller's own.
+type Middleware func(Handler) Handler
+
+// Chain returns h wrapped by mw, the first middleware outermost:
+// Chain(h, a, b) runs a(b(h)).
+func Chain(h Handler, mw ...Middleware) Handler {
+	for i := len(mw) - 1; i >= 0; i-- {
+		h = mw[i](h)
+	}
+	return h
+}

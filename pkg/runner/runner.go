@@ -1,0 +1,980 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidemark/tidemark/pkg/rebalance"
+)
+
+// Runner consumes records from a Source and runs the registered handlers on
+// them in parallel, committing only what is safe. Create one with New, start
+// it with Run, stop it with Shutdown (graceful) or Close (immediate). A
+// Runner runs once; a stopped Runner cannot be reused.
+type Runner struct {
+	cfg    config
+	src    Source
+	dlw    DeadLetterWriter
+	log    *slog.Logger
+	tel    *telemetry
+	tracer tracer
+
+	// Channels between the poll goroutine and everyone else.
+	sinkCh    chan *sinkReq   // source → loop
+	work      chan *task      // loop → workers
+	done      chan *task      // workers → loop
+	commitReq chan *commitReq // loop → committer
+	commitRes chan *commitReq // committer → loop
+	stopCh    chan stopReq    // Shutdown → loop
+	closeCh   chan struct{}   // Close → loop
+	closeOnce sync.Once
+	loopDone  chan struct{} // closed when the loop has returned
+	runDone   chan struct{} // closed when Run has returned
+	started   atomic.Bool
+	runErr    error // set before runDone is closed
+
+	stats statsBox
+
+	// Poll-goroutine state: nothing below is touched by another goroutine.
+	table        *rebalance.Table
+	parts        map[TP]*partState
+	ready        queue
+	inflight     int
+	totalBytes   int64
+	totalCount   int
+	globalPaused bool
+	flowDirty    []*partState
+	pauseBuf     []TP
+	resumeBuf    []TP
+	free         []*task
+	freeLanes    []*lane
+	drains       []*drain
+	drainTimer   *time.Timer
+	committing   *commitReq
+	stopping     bool
+	finished     bool
+	drainErr     error
+	pendingBuf   []rebalance.Commit
+	handlerCtx   context.Context
+}
+
+// New returns a Runner over src. It validates the options and returns a
+// *ConfigError naming the first invalid one; it never panics on user input.
+func New(src Source, opts ...Option) (*Runner, error) {
+	if src == nil {
+		return nil, &ConfigError{Option: "Source", Reason: "nil source"}
+	}
+	cfg := defaults()
+	cfg.logger = slog.Default()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Runner{
+		cfg:       cfg,
+		src:       src,
+		log:       cfg.logger.With("component", "tidemark.runner"),
+		sinkCh:    make(chan *sinkReq),
+		work:      make(chan *task, cfg.concurrency),
+		done:      make(chan *task, cfg.concurrency),
+		commitReq: make(chan *commitReq, 1),
+		commitRes: make(chan *commitReq, 1),
+		stopCh:    make(chan stopReq, 1),
+		closeCh:   make(chan struct{}),
+		loopDone:  make(chan struct{}),
+		runDone:   make(chan struct{}),
+		table:     rebalance.NewTable(),
+		parts:     map[TP]*partState{},
+	}
+	if cfg.policy.kind == policyDeadLetter {
+		r.dlw = cfg.policy.writer
+		if r.dlw == nil {
+			w, ok := src.(DeadLetterWriter)
+			if !ok {
+				return nil, &ConfigError{Option: "Failure", Reason: "DeadLetter has no writer and the source does not implement DeadLetterWriter"}
+			}
+			r.dlw = w
+		}
+	}
+	tel, err := newTelemetry(cfg.meterProvider, r)
+	if err != nil {
+		return nil, fmt.Errorf("runner: telemetry: %w", err)
+	}
+	r.tel = tel
+	r.tracer = newTracer(cfg.tracerProvider)
+	return r, nil
+}
+
+// Run consumes until ctx is done, Shutdown or Close is called, or the source
+// fails. When ctx ends, Run stops gracefully as Shutdown does, within the
+// DrainBudget. It returns nil after a clean stop, a *DrainError when handlers
+// were still running at the end of the drain budget (everything before them
+// was committed; they will be replayed), ErrStopped if the Runner already
+// ran, or the source's error. When Run returns, every goroutine it started
+// has returned, provided handlers honour their ctx.
+func (r *Runner) Run(ctx context.Context) error {
+	if !r.started.CompareAndSwap(false, true) {
+		return ErrStopped
+	}
+	defer close(r.runDone)
+
+	// hard is cancelled by Close or when Run returns; it bounds everything,
+	// including the final commit after ctx is done.
+	hard, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hardCancel()
+	r.handlerCtx = hard
+
+	var wg sync.WaitGroup
+	for range r.cfg.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.worker()
+		}()
+	}
+	commitDone := make(chan struct{})
+	go func() {
+		defer close(commitDone)
+		r.committer(hard)
+	}()
+	srcCtx, srcCancel := context.WithCancel(hard)
+	srcDone := make(chan struct{})
+	var srcErr error
+	go func() {
+		defer close(srcDone)
+		srcErr = r.src.Run(srcCtx, sinkOf{r})
+	}()
+
+	err := r.loop(ctx, srcDone, &srcErr)
+	close(r.loopDone)
+
+	// Cancel whatever still runs (handlers past the budget, or everything on
+	// Close), then wait for our goroutines before leaving the group.
+	for _, ps := range r.parts {
+		ps.cancel()
+	}
+	hardCancel()
+	close(r.work)
+	wg.Wait()
+	close(r.commitReq)
+	<-commitDone
+	if cerr := r.src.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("runner: closing the source: %w", cerr)
+	}
+	srcCancel()
+	<-srcDone
+	if srcErr != nil && err == nil && !errors.Is(srcErr, context.Canceled) && !errors.Is(srcErr, ErrStopped) {
+		err = srcErr
+	}
+	r.tel.unregister()
+	r.runErr = err
+	return err
+}
+
+// Shutdown stops the runner gracefully: it stops fetching, drops buffered
+// records that have not started, waits for in-flight handlers, commits the
+// safe offsets synchronously, cancels what is still running, and closes the
+// source (leaving the group). The drain gets 70% of the time left until ctx's
+// deadline and the final commit and close the rest; without a deadline it
+// waits until the handlers finish or ctx is done. Shutdown returns when Run
+// has returned: nil after a clean stop, the *DrainError Run returned, or
+// ctx.Err() if ctx ended first (then it calls Close). Calling Shutdown
+// before Run, or after Run returned, returns ErrStopped.
+func (r *Runner) Shutdown(ctx context.Context) error {
+	if !r.started.Load() {
+		return ErrStopped
+	}
+	var deadline time.Time
+	if d, ok := ctx.Deadline(); ok {
+		now := time.Now()
+		deadline = now.Add(d.Sub(now) * 7 / 10)
+	}
+	select {
+	case r.stopCh <- stopReq{deadline: deadline, ctxDone: ctx.Done()}:
+	case <-r.loopDone:
+	case <-ctx.Done():
+		r.Close()
+		return ctx.Err()
+	}
+	select {
+	case <-r.runDone:
+		return r.runErr
+	case <-ctx.Done():
+		r.Close()
+		return ctx.Err()
+	}
+}
+
+// Close stops the runner at once: no drain and no final commit (the last
+// acknowledged commit stands; records after it are replayed by the next
+// owner). Handlers' contexts are cancelled. Close does not wait for Run to
+// return; it is safe to call more than once and from any goroutine.
+func (r *Runner) Close() error {
+	r.closeOnce.Do(func() { close(r.closeCh) })
+	return nil
+}
+
+// DrainError reports partitions whose handlers had not finished when a drain
+// budget ran out. Their safe offsets were committed; the unfinished records
+// will be delivered again to the next owner.
+type DrainError struct {
+	// Unfinished maps each partition to its committed safe offset, the first
+	// unfinished record.
+	Unfinished map[TP]int64
+}
+
+func (e *DrainError) Error() string {
+	parts := make([]string, 0, len(e.Unfinished))
+	for tp, off := range e.Unfinished {
+		parts = append(parts, fmt.Sprintf("%s@%d", tp, off))
+	}
+	sort.Strings(parts)
+	return "runner: drain budget ran out with handlers unfinished at " + strings.Join(parts, ", ")
+}
+
+// Unwrap makes errors.Is(err, context.DeadlineExceeded) true.
+func (e *DrainError) Unwrap() error { return context.DeadlineExceeded }
+
+type stopReq struct {
+	deadline time.Time
+	ctxDone  <-chan struct{}
+}
+
+// drain is a revoke or a shutdown waiting for in-flight handlers.
+type drain struct {
+	tps      []TP
+	deadline time.Time // zero: none
+	ctxDone  <-chan struct{}
+	reply    chan error // nil for a shutdown
+	stop     bool
+	ready    bool // drained or out of time: waiting for its final commit
+}
+
+type commitReq struct {
+	commits  []rebalance.Commit
+	offsets  []Offset
+	deadline time.Time
+	drains   []*drain // finished by this commit
+	err      error
+	took     time.Duration
+}
+
+func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *error) error {
+	ticker := time.NewTicker(r.cfg.commitInterval)
+	defer ticker.Stop()
+	r.drainTimer = time.NewTimer(time.Hour)
+	r.drainTimer.Stop()
+	ctxDone := ctx.Done()
+	var stopCtxDone <-chan struct{}
+	for !r.finished {
+		select {
+		case req := <-r.sinkCh:
+			r.onSink(req)
+		case t := <-r.done:
+			r.onDone(t)
+			// Take what else finished without going back through select.
+			for more := true; more; {
+				select {
+				case t := <-r.done:
+					r.onDone(t)
+				default:
+					more = false
+				}
+			}
+		case c := <-r.commitRes:
+			r.onCommitted(c)
+		case <-ticker.C:
+			r.tick()
+		case <-r.drainTimer.C:
+			r.checkDrains()
+		case s := <-r.stopCh:
+			stopCtxDone = s.ctxDone
+			r.beginStop(s.deadline, s.ctxDone)
+		case <-ctxDone:
+			ctxDone = nil
+			r.beginStop(time.Now().Add(r.cfg.drainBudget), nil)
+		case <-stopCtxDone:
+			stopCtxDone = nil
+			r.checkDrains()
+		case <-r.closeCh:
+			return nil
+		case <-srcDone:
+			// srcErr is written before srcDone is closed.
+			err := *srcErr
+			if err == nil && r.stopping {
+				srcDone = nil
+				continue
+			}
+			if err == nil {
+				err = errors.New("runner: source stopped without an error before the runner did")
+			}
+			r.log.Error("source failed; stopping without a final commit", "err", err)
+			return err
+		}
+		r.dispatch()
+		r.flushFlow()
+	}
+	return r.drainErr
+}
+
+// onSink acts on one report from the source and answers it.
+func (r *Runner) onSink(req *sinkReq) {
+	if r.stopping && req.kind != sinkLost && req.kind != sinkRevoked {
+		req.reply <- sinkReply{err: ErrStopped}
+		return
+	}
+	switch req.kind {
+	case sinkAssigned:
+		for _, a := range req.assigns {
+			r.assign(a)
+		}
+		req.reply <- sinkReply{}
+	case sinkFetched:
+		for i := range req.batches {
+			r.deliver(&req.batches[i])
+		}
+		r.dispatch()
+		// Pause before answering: the source's next poll must already
+		// leave out the partitions at their high water mark.
+		r.flushFlow()
+		req.reply <- sinkReply{budget: r.budget()}
+	case sinkLost:
+		for _, tp := range req.tps {
+			r.lose(tp)
+		}
+		req.reply <- sinkReply{}
+	case sinkRevoked:
+		deadline := time.Now().Add(r.cfg.drainBudget)
+		if !req.deadline.IsZero() && req.deadline.Before(deadline) {
+			deadline = req.deadline
+		}
+		d := &drain{deadline: deadline, reply: req.replyErr}
+		for _, tp := range req.tps {
+			// A partition already draining (a shutdown) joins this drain
+			// too, so the source waits for its final commit.
+			if ps := r.parts[tp]; ps != nil {
+				d.tps = append(d.tps, tp)
+				if !ps.revoking {
+					r.stopDispatch(ps)
+				}
+			}
+		}
+		if len(d.tps) == 0 {
+			req.replyErr <- nil
+			return
+		}
+		r.tel.revokes.Add(context.Background(), 1)
+		r.drains = append(r.drains, d)
+		r.checkDrains()
+	}
+}
+
+func (r *Runner) assign(a Assignment) {
+	if old := r.parts[a.TP]; old != nil {
+		// A source reporting an assignment it already gave us has lost
+		// track; treat the old assignment as lost (never commit for it).
+		r.log.Warn("partition assigned again without a revoke; dropping the old assignment", "partition", a.TP.String())
+		r.lose(a.TP)
+	}
+	p := r.table.Assign(a.TP, a.Start)
+	ctx, cancel := context.WithCancel(r.handlerCtx)
+	ps := &partState{p: p, epoch: p.Epoch(), tp: a.TP, ctx: ctx, cancel: cancel, pendingPos: -1, hwm: -1}
+	switch r.cfg.ordering {
+	case KeyOrder:
+		ps.lanes = map[string]*lane{}
+	case PartitionOrder:
+		ps.lane = &lane{}
+	}
+	r.parts[a.TP] = ps
+	if r.globalPaused {
+		r.flowDirty = append(r.flowDirty, ps)
+	}
+	r.log.Debug("partition assigned", "partition", a.TP.String(), "epoch", uint64(ps.epoch), "start", a.Start)
+}
+
+func (r *Runner) deliver(b *Batch) {
+	ps := r.parts[b.TP]
+	if ps == nil || ps.revoking {
+		// Sources must not deliver for partitions they did not assign or
+		// are revoking; dropping is safe because nothing was recorded.
+		r.log.Warn("records for a partition not owned; dropped", "partition", b.TP.String(), "records", len(b.Records))
+		return
+	}
+	h := r.cfg.handlers[b.TP.Topic]
+	now := time.Now()
+	for i := range b.Records {
+		rec := &b.Records[i]
+		if err := ps.p.Deliver(rec.Offset); err != nil {
+			// A redelivered or out-of-order offset: the first delivery is
+			// tracked, so this copy is dropped, loudly.
+			r.log.Warn("record delivered out of order; dropped", "record", rec.String(), "err", err)
+			r.tel.outOfOrder.Add(context.Background(), 1)
+			continue
+		}
+		t := r.newTask()
+		t.rec = *rec
+		t.handler = h
+		t.ps = ps
+		t.epoch = ps.epoch
+		t.size = rec.size()
+		t.delivered = now
+		ps.link(t)
+		ps.count++
+		ps.bytes += t.size
+		r.totalCount++
+		r.totalBytes += t.size
+		if h == nil {
+			// No handler for this topic: fail loudly through the policy
+			// rather than skip silently.
+			t.handler = noHandler
+		}
+		r.enqueue(ps, t)
+	}
+	if b.HighWatermark > ps.hwm {
+		ps.hwm = b.HighWatermark
+	}
+	if b.Position > ps.pendingPos {
+		ps.pendingPos = b.Position
+		r.applyPosition(ps)
+	}
+	r.checkFlow(ps)
+}
+
+func noHandler(_ context.Context, rec Record) error {
+	return fmt.Errorf("runner: no handler registered for topic %q (record %s)", rec.Topic, rec.String())
+}
+
+// enqueue puts t in its lane, or straight into the ready queue when its lane
+// is idle or it has none.
+func (r *Runner) enqueue(ps *partState, t *task) {
+	var l *lane
+	switch r.cfg.ordering {
+	case KeyOrder:
+		if t.rec.Key != nil {
+			l = ps.lanes[string(t.rec.Key)]
+			if l == nil {
+				l = r.newLane(string(t.rec.Key))
+				ps.lanes[l.key] = l
+			}
+		}
+	case PartitionOrder:
+		l = ps.lane
+	}
+	t.lane = l
+	if l == nil {
+		r.ready.push(t)
+		return
+	}
+	if l.busy {
+		l.waiting.push(t)
+		return
+	}
+	l.busy = true
+	r.ready.push(t)
+}
+
+// dispatch hands ready tasks to workers while there is a free one.
+func (r *Runner) dispatch() {
+	for r.inflight < r.cfg.concurrency {
+		t := r.ready.pop()
+		if t == nil {
+			return
+		}
+		if t.dropped {
+			r.freeTask(t)
+			continue
+		}
+		t.started = true
+		t.ps.inflight++
+		r.inflight++
+		r.work <- t // never blocks: capacity equals the concurrency
+	}
+}
+
+// onDone takes a finished task back from a worker.
+func (r *Runner) onDone(t *task) {
+	ps := t.ps
+	r.inflight--
+	ps.inflight--
+	ps.count--
+	ps.bytes -= t.size
+	r.totalCount--
+	r.totalBytes -= t.size
+	ps.unlink(t)
+
+	if t.res != resCancelled {
+		switch ps.p.Complete(t.epoch, t.rec.Offset) {
+		case rebalance.Advanced:
+			r.applyPosition(ps)
+		case rebalance.OldAssignment, rebalance.NotOwner:
+			r.tel.stale.Add(context.Background(), 1)
+		}
+	}
+	if l := t.lane; l != nil && !ps.closed {
+		if next := l.waiting.pop(); next != nil {
+			r.ready.push(next)
+		} else {
+			l.busy = false
+			if r.cfg.ordering == KeyOrder {
+				delete(ps.lanes, l.key)
+				r.freeLane(l)
+			}
+		}
+	}
+	r.freeTask(t)
+	if !ps.closed {
+		r.checkFlow(ps)
+	}
+	if ps.revoking && ps.inflight == 0 {
+		r.checkDrains()
+	}
+}
+
+// applyPosition moves the safe offset to the fetch position once nothing
+// delivered is outstanding, so lag reaches zero past control records.
+func (r *Runner) applyPosition(ps *partState) {
+	if ps.pendingPos < 0 || ps.p.Tracker().Outstanding() > 0 {
+		return
+	}
+	ps.p.Position(ps.epoch, ps.pendingPos)
+	ps.pendingPos = -1
+}
+
+// stopDispatch starts a partition's drain: records that have not started are
+// dropped (they will be replayed by the next owner), in-flight ones go on.
+func (r *Runner) stopDispatch(ps *partState) {
+	ps.revoking = true
+	for _, l := range ps.lanes {
+		r.dropWaiting(ps, l)
+	}
+	if ps.lane != nil {
+		r.dropWaiting(ps, ps.lane)
+	}
+	for t := ps.oldest; t != nil; {
+		next := t.next
+		if !t.started && !t.dropped {
+			// In the ready queue: mark it; dispatch frees it.
+			r.drop(ps, t)
+		}
+		t = next
+	}
+	if ps.paused {
+		ps.paused = false
+		r.flowDirty = append(r.flowDirty, ps)
+	}
+}
+
+func (r *Runner) dropWaiting(ps *partState, l *lane) {
+	for t := l.waiting.pop(); t != nil; t = l.waiting.pop() {
+		r.drop(ps, t)
+		r.freeTask(t)
+	}
+}
+
+func (r *Runner) drop(ps *partState, t *task) {
+	t.dropped = true
+	ps.unlink(t)
+	ps.count--
+	ps.bytes -= t.size
+	r.totalCount--
+	r.totalBytes -= t.size
+}
+
+func (r *Runner) lose(tp TP) {
+	ps := r.parts[tp]
+	if ps == nil {
+		return
+	}
+	r.stopDispatch(ps)
+	r.table.Lose(tp)
+	ps.closed = true
+	ps.cancel()
+	delete(r.parts, tp)
+	r.tel.lost.Add(context.Background(), 1)
+	r.log.Warn("partition lost; nothing will be committed for it", "partition", tp.String(), "epoch", uint64(ps.epoch), "in_flight", ps.inflight)
+	// A drain waiting on it no longer needs to.
+	r.checkDrains()
+}
+
+func (r *Runner) beginStop(deadline time.Time, ctxDone <-chan struct{}) {
+	if r.stopping {
+		return
+	}
+	r.stopping = true
+	r.log.Info("stopping: draining in-flight handlers", "partitions", len(r.parts), "in_flight", r.inflight, "deadline", deadline)
+	d := &drain{deadline: deadline, ctxDone: ctxDone, stop: true}
+	for tp, ps := range r.parts {
+		if !ps.revoking {
+			d.tps = append(d.tps, tp)
+			r.stopDispatch(ps)
+		}
+	}
+	r.drains = append(r.drains, d)
+	r.checkDrains()
+}
+
+// checkDrains marks drains whose partitions are idle (or whose time is up)
+// ready, and starts the final commit when the committer is free.
+func (r *Runner) checkDrains() {
+	now := time.Now()
+	var next time.Time
+	for _, d := range r.drains {
+		if d.ready {
+			continue
+		}
+		expired := !d.deadline.IsZero() && !now.Before(d.deadline)
+		if d.ctxDone != nil {
+			select {
+			case <-d.ctxDone:
+				expired = true
+			default:
+			}
+		}
+		idle := true
+		for _, tp := range d.tps {
+			if ps := r.parts[tp]; ps != nil && ps.inflight > 0 {
+				idle = false
+				break
+			}
+		}
+		if idle || expired {
+			d.ready = true
+			continue
+		}
+		if !d.deadline.IsZero() && (next.IsZero() || d.deadline.Before(next)) {
+			next = d.deadline
+		}
+	}
+	if !next.IsZero() {
+		r.drainTimer.Reset(time.Until(next))
+	}
+	r.finalCommit()
+}
+
+// finalCommit sends one synchronous commit for every ready drain once no
+// other commit is in flight (commits are sequenced, one at a time).
+func (r *Runner) finalCommit() {
+	if r.committing != nil {
+		return
+	}
+	var ready []*drain
+	rest := r.drains[:0]
+	for _, d := range r.drains {
+		if d.ready {
+			ready = append(ready, d)
+		} else {
+			rest = append(rest, d)
+		}
+	}
+	if len(ready) == 0 {
+		return
+	}
+	r.drains = rest
+	// The drain's time may be up: the final commit gets its own
+	// CommitTimeout (Shutdown's ctx still bounds the whole stop).
+	c := r.newCommit(time.Time{})
+	c.drains = ready
+	if len(c.offsets) == 0 {
+		r.finishDrains(ready)
+		return
+	}
+	r.send(c)
+}
+
+func (r *Runner) newCommit(deadline time.Time) *commitReq {
+	r.pendingBuf = r.table.Pending(r.pendingBuf[:0])
+	c := &commitReq{deadline: deadline}
+	if len(r.pendingBuf) > 0 {
+		c.commits = append([]rebalance.Commit(nil), r.pendingBuf...)
+		c.offsets = make([]Offset, len(c.commits))
+		for i, pc := range c.commits {
+			c.offsets[i] = Offset{TP: pc.TP, Offset: pc.Offset}
+		}
+	}
+	return c
+}
+
+func (r *Runner) send(c *commitReq) {
+	r.committing = c
+	r.commitReq <- c // capacity 1 and at most one in flight: never blocks
+}
+
+// tick runs every commit interval: an asynchronous commit of the safe
+// offsets and a refresh of the stats the probes and gauges read.
+func (r *Runner) tick() {
+	r.publishStats()
+	if r.committing != nil || r.stopping {
+		return
+	}
+	c := r.newCommit(time.Time{})
+	if len(c.offsets) > 0 {
+		r.send(c)
+	}
+}
+
+func (r *Runner) onCommitted(c *commitReq) {
+	r.committing = nil
+	r.tel.commitLatency.Record(context.Background(), c.took.Seconds())
+	if c.err != nil {
+		r.tel.commitFailures.Add(context.Background(), 1)
+		r.log.Warn("commit failed; the next commit sends the newest safe offsets", "err", c.err, "partitions", len(c.commits))
+		for _, pc := range c.commits {
+			r.table.CommitFailed(pc)
+		}
+	} else {
+		for _, pc := range c.commits {
+			r.table.Committed(pc)
+		}
+	}
+	if len(c.drains) > 0 {
+		r.finishDrains(c.drains)
+	}
+	r.finalCommit()
+}
+
+// finishDrains ends the epochs of drained partitions after their final
+// commit and answers the source.
+func (r *Runner) finishDrains(ds []*drain) {
+	for _, d := range ds {
+		unfinished := map[TP]int64{}
+		for _, tp := range d.tps {
+			ps := r.parts[tp]
+			if ps == nil {
+				continue // lost while draining
+			}
+			if ps.inflight > 0 {
+				unfinished[tp] = ps.p.Safe()
+			}
+			final, _ := r.table.Revoke(tp)
+			ps.closed = true
+			ps.cancel()
+			delete(r.parts, tp)
+			r.log.Info("partition revoked", "partition", tp.String(), "epoch", uint64(ps.epoch), "safe", final, "acknowledged", ps.p.Acknowledged(), "unfinished", ps.inflight)
+		}
+		var err error
+		if len(unfinished) > 0 {
+			err = &DrainError{Unfinished: unfinished}
+			r.log.Warn("drain budget ran out", "err", err)
+		}
+		if d.stop {
+			r.drainErr = err
+			r.finished = true
+		} else {
+			d.reply <- err
+		}
+	}
+}
+
+// budget is how many records the next poll may take without pushing an
+// unpaused partition past its high water mark.
+func (r *Runner) budget() int {
+	b := r.cfg.highRecords
+	for _, ps := range r.parts {
+		if ps.paused || ps.revoking {
+			continue
+		}
+		if room := r.cfg.highRecords - ps.count; room < b {
+			b = room
+		}
+	}
+	return max(b, 1)
+}
+
+// checkFlow pauses a partition at its high water mark and resumes it at the
+// low one, and applies the global byte cap.
+func (r *Runner) checkFlow(ps *partState) {
+	if !ps.revoking {
+		switch {
+		case !ps.paused && (ps.count >= r.cfg.highRecords || ps.bytes >= r.cfg.highBytes):
+			ps.paused = true
+			r.flowDirty = append(r.flowDirty, ps)
+		case ps.paused && ps.count <= r.cfg.lowRecords && ps.bytes <= r.cfg.lowBytes:
+			ps.paused = false
+			r.flowDirty = append(r.flowDirty, ps)
+		}
+	}
+	switch {
+	case !r.globalPaused && r.totalBytes >= r.cfg.maxBytes:
+		r.globalPaused = true
+		for _, p := range r.parts {
+			r.flowDirty = append(r.flowDirty, p)
+		}
+	case r.globalPaused && r.totalBytes <= r.cfg.maxBytes/2:
+		r.globalPaused = false
+		for _, p := range r.parts {
+			r.flowDirty = append(r.flowDirty, p)
+		}
+	}
+}
+
+// flushFlow tells the source about partitions whose paused state changed.
+func (r *Runner) flushFlow() {
+	if len(r.flowDirty) == 0 {
+		return
+	}
+	r.pauseBuf, r.resumeBuf = r.pauseBuf[:0], r.resumeBuf[:0]
+	for _, ps := range r.flowDirty {
+		if ps.closed {
+			continue
+		}
+		want := (ps.paused || r.globalPaused || r.stopping) && !ps.revoking
+		if r.stopping {
+			want = true
+		}
+		if want == ps.srcPaused {
+			continue
+		}
+		ps.srcPaused = want
+		if want {
+			r.pauseBuf = append(r.pauseBuf, ps.tp)
+		} else {
+			r.resumeBuf = append(r.resumeBuf, ps.tp)
+		}
+	}
+	r.flowDirty = r.flowDirty[:0]
+	if len(r.pauseBuf) > 0 {
+		r.src.Pause(r.pauseBuf)
+		r.tel.pauses.Add(context.Background(), int64(len(r.pauseBuf)))
+	}
+	if len(r.resumeBuf) > 0 {
+		r.src.Resume(r.resumeBuf)
+	}
+}
+
+func (r *Runner) newTask() *task {
+	if n := len(r.free); n > 0 {
+		t := r.free[n-1]
+		r.free = r.free[:n-1]
+		return t
+	}
+	return &task{}
+}
+
+func (r *Runner) freeTask(t *task) {
+	*t = task{}
+	r.free = append(r.free, t)
+}
+
+func (r *Runner) newLane(key string) *lane {
+	if n := len(r.freeLanes); n > 0 {
+		l := r.freeLanes[n-1]
+		r.freeLanes = r.freeLanes[:n-1]
+		l.key = key
+		return l
+	}
+	return &lane{key: key}
+}
+
+func (r *Runner) freeLane(l *lane) {
+	*l = lane{}
+	r.freeLanes = append(r.freeLanes, l)
+}
+
+// committer is the one goroutine that calls Source.Commit, one request at a
+// time, so commits are sequenced and the poll loop never blocks on the
+// broker.
+func (r *Runner) committer(ctx context.Context) {
+	for c := range r.commitReq {
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.commitTimeout)
+		if !c.deadline.IsZero() {
+			cctx, cancel = context.WithDeadline(ctx, c.deadline)
+		}
+		start := time.Now()
+		c.err = r.src.Commit(cctx, c.offsets)
+		c.took = time.Since(start)
+		cancel()
+		select {
+		case r.commitRes <- c:
+		case <-r.loopDone:
+		}
+	}
+}
+
+// sink kinds and the request that carries a Sink call to the loop.
+type sinkKind uint8
+
+const (
+	sinkAssigned sinkKind = iota
+	sinkRevoked
+	sinkLost
+	sinkFetched
+)
+
+type sinkReq struct {
+	kind     sinkKind
+	assigns  []Assignment
+	tps      []TP
+	deadline time.Time
+	batches  []Batch
+	reply    chan sinkReply
+	replyErr chan error
+}
+
+type sinkReply struct {
+	budget int
+	err    error
+}
+
+// sinkOf is the Sink the runner gives its source.
+type sinkOf struct{ r *Runner }
+
+func (s sinkOf) call(ctx context.Context, req *sinkReq) (sinkReply, error) {
+	req.reply = make(chan sinkReply, 1)
+	select {
+	case s.r.sinkCh <- req:
+	case <-s.r.loopDone:
+		return sinkReply{}, ErrStopped
+	case <-ctx.Done():
+		return sinkReply{}, ctx.Err()
+	}
+	// Once the loop took the request it always answers, unless it stops.
+	select {
+	case rep := <-req.reply:
+		return rep, rep.err
+	case <-s.r.loopDone:
+		return sinkReply{}, ErrStopped
+	}
+}
+
+func (s sinkOf) Assigned(ctx context.Context, parts []Assignment) error {
+	_, err := s.call(ctx, &sinkReq{kind: sinkAssigned, assigns: parts})
+	return err
+}
+
+func (s sinkOf) Lost(ctx context.Context, tps []TP) error {
+	_, err := s.call(ctx, &sinkReq{kind: sinkLost, tps: tps})
+	return err
+}
+
+func (s sinkOf) Fetched(ctx context.Context, batches []Batch) (int, error) {
+	rep, err := s.call(ctx, &sinkReq{kind: sinkFetched, batches: batches})
+	return rep.budget, err
+}
+
+func (s sinkOf) Revoked(ctx context.Context, tps []TP, deadline time.Time) error {
+	req := &sinkReq{kind: sinkRevoked, tps: tps, deadline: deadline, replyErr: make(chan error, 1)}
+	select {
+	case s.r.sinkCh <- req:
+	case <-s.r.loopDone:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// The revoke's own deadline bounds the wait; ctx is not consulted so a
+	// client callback context cannot cut the final commit short.
+	select {
+	case err := <-req.replyErr:
+		return err
+	case <-s.r.loopDone:
+		return ErrStopped
+	}
+}

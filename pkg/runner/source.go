@@ -1,0 +1,100 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Source is what the runner needs from a Kafka client: group membership,
+// fetching, pausing and committing. Adapters live in pkg/source/...; the
+// runner is their only caller.
+//
+// Run is called once, on its own goroutine. It joins the group and reports
+// what happens through the Sink: assignments, revokes, losses and fetched
+// records. Every Sink call blocks until the runner has acted on it, so a
+// source that reports a revoke inside its client's rebalance callback holds
+// the rebalance until the partitions are drained and committed. Run returns
+// when ctx is done or after Close, with nil or the fatal error that stopped
+// it.
+//
+// Pause and Resume are called from the runner's poll goroutine and must not
+// block. Commit is called from the runner's single commit goroutine, never
+// concurrently with itself; it commits exactly the offsets given (the next
+// offset to consume, per partition) and returns when the broker has answered
+// or ctx is done. A nil error means every offset was acknowledged; any error
+// means the outcome is failed or unknown for all of them.
+//
+// Close leaves the group and releases the client. It is called once, after
+// the runner has made its final commit; it must not call the Sink
+// synchronously in a way that waits for the runner.
+type Source interface {
+	Run(ctx context.Context, sink Sink) error
+	Pause(tps []TP)
+	Resume(tps []TP)
+	Commit(ctx context.Context, offsets []Offset) error
+	Close() error
+}
+
+// Offset is one partition's offset to commit: the next offset to consume.
+type Offset struct {
+	TP     TP
+	Offset int64
+}
+
+// Assignment is one partition given to this member. Start is the first offset
+// the source will deliver, or watermark.Unknown when the source learns it only
+// from the first fetch (franz-go reports an assignment before fetching its
+// committed offsets).
+type Assignment struct {
+	TP    TP
+	Start int64
+}
+
+// Batch is the records fetched for one partition, in offset order. Position,
+// when not negative, is the source's next fetch offset after these records;
+// it is beyond the last record's offset+1 when the client skipped control
+// records or compacted offsets, and lets the committed offset reach the end
+// of a transactional partition.
+type Batch struct {
+	TP       TP
+	Records  []Record
+	Position int64
+	// HighWatermark is the partition's high watermark from the fetch, or -1;
+	// the runner reports lag against it.
+	HighWatermark int64
+}
+
+// Sink is how a Source reports to the runner. All methods are safe for
+// concurrent use, block until the runner has acted, and return ErrStopped
+// once the runner is shutting down (the source should then stop fetching and
+// let its client's callbacks return).
+type Sink interface {
+	// Assigned sets up the partitions with fresh epochs before any of their
+	// records are delivered.
+	Assigned(ctx context.Context, parts []Assignment) error
+	// Revoked stops dispatch for tps, drains their in-flight handlers until
+	// everything is done or the deadline passes (zero: the runner's drain
+	// budget), commits the safe offsets synchronously through Source.Commit,
+	// and ends their epochs. It returns after the final commit was answered.
+	Revoked(ctx context.Context, tps []TP, deadline time.Time) error
+	// Lost drops tps without committing anything for them and cancels their
+	// in-flight handlers' contexts.
+	Lost(ctx context.Context, tps []TP) error
+	// Fetched hands over records. It returns how many records the next poll
+	// may take without pushing any unpaused partition past its high water
+	// mark (at least 1).
+	Fetched(ctx context.Context, batches []Batch) (budget int, err error)
+}
+
+// ErrStopped is returned by Sink methods once the runner is stopping, and by
+// Run when called on a runner that already ran.
+var ErrStopped = errors.New("runner: stopped")
+
+// DeadLetterWriter writes a record that failed every attempt to a dead-letter
+// topic and returns once the write is acknowledged. The franz adapter
+// implements it; the runner uses the Source when it implements it, or the
+// writer given with the DeadLetter policy.
+type DeadLetterWriter interface {
+	WriteDeadLetter(ctx context.Context, topic string, rec Record) error
+}

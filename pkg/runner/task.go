@@ -1,0 +1,138 @@
+package runner
+
+import (
+	"context"
+	"time"
+
+	"github.com/tidemark/tidemark/pkg/rebalance"
+)
+
+// task is one delivered record on its way through the runner. Tasks are
+// owned by the poll goroutine, except between dispatch and completion, when
+// exactly one worker holds them and the poll goroutine reads only the fields
+// it set before dispatch. They are recycled through a free list, so a record
+// costs no allocation in steady state.
+type task struct {
+	rec       Record
+	handler   Handler
+	ps        *partState
+	epoch     rebalance.Epoch
+	lane      *lane // nil in Unordered mode and for nil keys
+	size      int64
+	delivered time.Time
+
+	// Set by the worker before it hands the task back.
+	res      result
+	attempts int
+
+	started bool // dispatched to a worker
+	dropped bool // removed by a revoke, lost or shutdown before it started
+
+	// outstanding list of its partition, in delivery order: the head is the
+	// oldest unfinished record.
+	prev, next *task
+	// nextQ links the task in its lane's queue or in the ready queue.
+	nextQ *task
+}
+
+// result is how a worker finished a task.
+type result uint8
+
+const (
+	resHandled      result = iota // the handler succeeded
+	resDeadLettered               // written to the dead-letter topic
+	resSkipped                    // skipped by the Skip policy
+	resCancelled                  // ctx ended first: not complete
+)
+
+// queue is an intrusive FIFO of tasks linked through nextQ.
+type queue struct {
+	head, tail *task
+	n          int
+}
+
+func (q *queue) push(t *task) {
+	t.nextQ = nil
+	if q.tail == nil {
+		q.head = t
+	} else {
+		q.tail.nextQ = t
+	}
+	q.tail = t
+	q.n++
+}
+
+func (q *queue) pop() *task {
+	t := q.head
+	if t == nil {
+		return nil
+	}
+	q.head = t.nextQ
+	if q.head == nil {
+		q.tail = nil
+	}
+	t.nextQ = nil
+	q.n--
+	return t
+}
+
+// lane serializes the records of one key (KeyOrder) or one partition
+// (PartitionOrder): at most one of its tasks is ready or in flight at a time.
+type lane struct {
+	key     string
+	busy    bool
+	waiting queue
+}
+
+// partState is the runner's state for one partition in one assignment. A
+// new assignment gets a new partState, so a straggling task of an old
+// assignment can never touch the lanes or counters of the new one.
+type partState struct {
+	p     *rebalance.Partition
+	epoch rebalance.Epoch
+	tp    TP
+
+	ctx    context.Context // handlers' parent; cancelled on lost, drain timeout, close
+	cancel context.CancelFunc
+
+	lanes map[string]*lane // KeyOrder
+	lane  *lane            // PartitionOrder
+
+	count     int   // buffered + in flight
+	bytes     int64 // buffered + in flight
+	inflight  int
+	paused    bool // paused by this partition's water marks
+	srcPaused bool // what the source was last told
+
+	revoking bool // dispatch stopped; waiting for the drain
+	closed   bool // revoked or lost: the assignment is over
+
+	pendingPos int64 // a fetch position to apply once nothing is outstanding
+	hwm        int64 // the last high watermark a fetch reported
+
+	oldest, newest *task // outstanding list
+}
+
+func (ps *partState) link(t *task) {
+	t.prev, t.next = ps.newest, nil
+	if ps.newest == nil {
+		ps.oldest = t
+	} else {
+		ps.newest.next = t
+	}
+	ps.newest = t
+}
+
+func (ps *partState) unlink(t *task) {
+	if t.prev == nil {
+		ps.oldest = t.next
+	} else {
+		t.prev.next = t.next
+	}
+	if t.next == nil {
+		ps.newest = t.prev
+	} else {
+		t.next.prev = t.prev
+	}
+	t.prev, t.next = nil, nil
+}
