@@ -125,9 +125,12 @@ func Order(o Ordering) Option { return func(c *config) { c.ordering = o } }
 // partitions (the size of the worker pool). Default 64.
 func Concurrency(n int) Option { return func(c *config) { c.concurrency = n } }
 
-// WaterMarks sets the per-partition flow control in records: a partition is
-// paused when its buffered plus in-flight records reach high and resumed when
-// they fall to low. Defaults 2,000 and 1,000.
+// WaterMarks sets the per-partition flow control in records. A partition's
+// buffered plus in-flight records never exceed high: the runner limits each
+// poll to the room left under high, and pauses a partition once its room is
+// below half the gap between the marks (so one full partition does not
+// shrink every poll); it resumes it when they fall to low. Defaults 2,000 and
+// 1,000.
 func WaterMarks(high, low int) Option {
 	return func(c *config) { c.highRecords, c.lowRecords = high, low }
 }

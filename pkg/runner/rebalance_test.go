@@ -343,3 +343,39 @@ func TestSparseOffsetsAndPosition(t *testing.T) {
 	close(g.release)
 	eventually(t, "commit 109", committedAt(src, 0, 109))
 }
+
+// TestLostWaitsForTheCommitInFlight: Lost is answered only after a commit
+// built before the loss was answered, so a source cannot get the partition
+// back and send that old offset under a new generation.
+func TestLostWaitsForTheCommitInFlight(t *testing.T) {
+	src := runnertest.New()
+	fill(src, 1, 10, 10)
+	held, release := src.HoldCommits()
+	defer release()
+	r, err := runner.New(src, runner.Handle(topic, func(context.Context, runner.Record) error { return nil }),
+		runner.CommitInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started(t, r)
+	if err := src.Assign(context.Background(), tp(0)); err != nil {
+		t.Fatal(err)
+	}
+	<-held // a commit is in flight
+	lost := make(chan error, 1)
+	go func() { lost <- src.Lose(context.Background(), tp(0)) }()
+	select {
+	case err := <-lost:
+		t.Fatalf("Lose returned (%v) while a commit built before it was in flight", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	select {
+	case err := <-lost:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lose did not return after the commit was answered")
+	}
+}

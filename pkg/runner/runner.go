@@ -63,6 +63,7 @@ type Runner struct {
 	drainErr     error
 	pendingBuf   []rebalance.Commit
 	handlerCtx   context.Context
+	lostWaiting  []chan sinkReply
 }
 
 // New returns a Runner over src. It validates the options and returns a
@@ -350,6 +351,14 @@ func (r *Runner) onSink(req *sinkReq) {
 	case sinkLost:
 		for _, tp := range req.tps {
 			r.lose(tp)
+		}
+		if r.committing != nil {
+			// A commit built before the loss may still be on its way to
+			// the source. Answer only after it was answered, so the
+			// source cannot rejoin, get the partition back and then send
+			// that old offset under the new generation.
+			r.lostWaiting = append(r.lostWaiting, req.reply)
+			return
 		}
 		req.reply <- sinkReply{}
 	case sinkRevoked:
@@ -723,6 +732,10 @@ func (r *Runner) tick() {
 
 func (r *Runner) onCommitted(c *commitReq) {
 	r.committing = nil
+	for _, reply := range r.lostWaiting {
+		reply <- sinkReply{}
+	}
+	r.lostWaiting = r.lostWaiting[:0]
 	r.tel.commitLatency.Record(context.Background(), c.took.Seconds())
 	if c.err != nil {
 		r.tel.commitFailures.Add(context.Background(), 1)
@@ -775,9 +788,15 @@ func (r *Runner) finishDrains(ds []*drain) {
 }
 
 // budget is how many records the next poll may take without pushing an
-// unpaused partition past its high water mark.
+// unpaused partition past its high water mark. It is never below
+// pollChunk, because checkFlow pauses a partition once its room falls below
+// that: a single nearly full partition must not shrink every poll to a few
+// records.
 func (r *Runner) budget() int {
-	b := r.cfg.highRecords
+	// A paused partition is fetched again only after it was resumed at the
+	// low water mark, and a poll issued now may return only after that: its
+	// room counts as high minus low.
+	b := r.cfg.highRecords - r.cfg.lowRecords
 	for _, ps := range r.parts {
 		if ps.paused || ps.revoking {
 			continue
@@ -789,12 +808,20 @@ func (r *Runner) budget() int {
 	return max(b, 1)
 }
 
-// checkFlow pauses a partition at its high water mark and resumes it at the
-// low one, and applies the global byte cap.
+// pollChunk is the least room an unpaused partition keeps below its high
+// water mark: half the gap between the water marks.
+func (r *Runner) pollChunk() int {
+	return max((r.cfg.highRecords-r.cfg.lowRecords)/2, 1)
+}
+
+// checkFlow pauses a partition when the next poll could push it past its
+// high water mark (its room is below pollChunk, or its bytes reached the byte
+// high water mark), resumes it at the low water marks, and applies the
+// global byte cap.
 func (r *Runner) checkFlow(ps *partState) {
 	if !ps.revoking {
 		switch {
-		case !ps.paused && (ps.count >= r.cfg.highRecords || ps.bytes >= r.cfg.highBytes):
+		case !ps.paused && (r.cfg.highRecords-ps.count < r.pollChunk() || ps.bytes >= r.cfg.highBytes):
 			ps.paused = true
 			r.flowDirty = append(r.flowDirty, ps)
 		case ps.paused && ps.count <= r.cfg.lowRecords && ps.bytes <= r.cfg.lowBytes:

@@ -19,7 +19,9 @@ import (
 // it.
 //
 // Pause and Resume are called from the runner's poll goroutine and must not
-// block. Commit is called from the runner's single commit goroutine, never
+// block. The runner does not resume a partition it revokes or loses while
+// paused: a new assignment must start unpaused, so the source resumes a
+// partition when it assigns it again. Commit is called from the runner's single commit goroutine, never
 // concurrently with itself; it commits exactly the offsets given (the next
 // offset to consume, per partition) and returns when the broker has answered
 // or ctx is done. A nil error means every offset was acknowledged; any error
@@ -66,9 +68,11 @@ type Batch struct {
 }
 
 // Sink is how a Source reports to the runner. All methods are safe for
-// concurrent use, block until the runner has acted, and return ErrStopped
-// once the runner is shutting down (the source should then stop fetching and
-// let its client's callbacks return).
+// concurrent use and block until the runner has acted. Once the runner is
+// shutting down, Assigned and Fetched return ErrStopped at once (the source
+// should then stop fetching and let its client's callbacks return), while
+// Revoked and Lost are still acted on until the runner has stopped; after
+// that every method returns ErrStopped at once.
 type Sink interface {
 	// Assigned sets up the partitions with fresh epochs before any of their
 	// records are delivered.
@@ -79,7 +83,8 @@ type Sink interface {
 	// and ends their epochs. It returns after the final commit was answered.
 	Revoked(ctx context.Context, tps []TP, deadline time.Time) error
 	// Lost drops tps without committing anything for them and cancels their
-	// in-flight handlers' contexts.
+	// in-flight handlers' contexts. It returns once no commit the runner
+	// built before the loss can still reach Source.Commit.
 	Lost(ctx context.Context, tps []TP) error
 	// Fetched hands over records. It returns how many records the next poll
 	// may take without pushing any unpaused partition past its high water

@@ -37,6 +37,8 @@ type Source struct {
 	ready     chan struct{}
 	wake      chan struct{}
 	maxBatch  map[runner.TP]int
+	hold      chan struct{}
+	holding   chan struct{}
 }
 
 type cursor struct{ next int } // index into the partition's log
@@ -269,6 +271,20 @@ func (s *Source) FailCommits(n int) {
 // change, and recorded so tests can assert it never happens.
 func (s *Source) Commit(ctx context.Context, offsets []runner.Offset) error {
 	s.mu.Lock()
+	hold, holding := s.hold, s.holding
+	s.mu.Unlock()
+	if hold != nil {
+		select {
+		case holding <- struct{}{}:
+		default:
+		}
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failNext > 0 {
 		s.failNext--
@@ -288,6 +304,24 @@ func (s *Source) Commit(ctx context.Context, offsets []runner.Offset) error {
 		s.commits = append(s.commits, o)
 	}
 	return nil
+}
+
+// HoldCommits makes every Commit wait until release is called. held
+// receives a value when a commit starts waiting.
+func (s *Source) HoldCommits() (held <-chan struct{}, release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hold, holding := make(chan struct{}), make(chan struct{}, 1)
+	s.hold, s.holding = hold, holding
+	var once sync.Once
+	return holding, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.hold = nil
+			s.mu.Unlock()
+			close(hold)
+		})
+	}
 }
 
 // Close implements runner.Source.
