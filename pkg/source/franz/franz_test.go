@@ -1,0 +1,829 @@
+package franz_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/goleak"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/source/franz"
+	"github.com/tidemark/tidemark/pkg/watermark"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testLogger logs at warn level, or at TIDEMARK_TEST_LOG (debug, info) when
+// set, to the test's output.
+func testLogger(t *testing.T) *slog.Logger {
+	level := slog.LevelWarn
+	switch os.Getenv("TIDEMARK_TEST_LOG") {
+	case "debug":
+		level = slog.LevelDebug
+	case "info":
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
+}
+
+// cluster is an in-process kfake cluster with an admin client and a producer
+// that writes to the partition each record names.
+type cluster struct {
+	c     *kfake.Cluster
+	addrs []string
+	cl    *kgo.Client
+	adm   *kadm.Client
+}
+
+func newCluster(t *testing.T, opts ...kfake.Opt) *cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(c.ListenAddrs()...),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+	)
+	if err != nil {
+		c.Close()
+		t.Fatalf("client: %v", err)
+	}
+	t.Cleanup(func() {
+		cl.Close()
+		c.Close()
+	})
+	return &cluster{c: c, addrs: c.ListenAddrs(), cl: cl, adm: kadm.NewClient(cl)}
+}
+
+func (c *cluster) topic(t *testing.T, name string, partitions int32) {
+	t.Helper()
+	if err := c.c.CreateTopic(name, partitions, nil); err != nil {
+		t.Fatalf("create topic %s: %v", name, err)
+	}
+}
+
+// produce writes perPartition records to each of partitions, keyed
+// k<partition>-<i%keys>, and returns them.
+func (c *cluster) produce(t *testing.T, topic string, partitions int32, perPartition, keys int) {
+	t.Helper()
+	var recs []*kgo.Record
+	for p := range partitions {
+		for i := range perPartition {
+			recs = append(recs, &kgo.Record{
+				Topic:     topic,
+				Partition: p,
+				Key:       []byte(fmt.Sprintf("k%d-%d", p, i%keys)),
+				Value:     []byte(strconv.Itoa(i)),
+				Headers:   []kgo.RecordHeader{{Key: "i", Value: []byte(strconv.Itoa(i))}},
+			})
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+func (c *cluster) committed(t *testing.T, group string) map[runner.TP]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	os, err := c.adm.FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return map[runner.TP]int64{}
+	}
+	if err != nil {
+		t.Fatalf("fetch offsets: %v", err)
+	}
+	out := map[runner.TP]int64{}
+	os.Each(func(o kadm.OffsetResponse) {
+		if o.Err == nil && o.At >= 0 {
+			out[runner.TP{Topic: o.Topic, Partition: o.Partition}] = o.At
+		}
+	})
+	return out
+}
+
+func (c *cluster) ends(t *testing.T, topics ...string) map[runner.TP]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ls, err := c.adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		t.Fatalf("list end offsets: %v", err)
+	}
+	out := map[runner.TP]int64{}
+	ls.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			t.Fatalf("end offset of %s/%d: %v", o.Topic, o.Partition, o.Err)
+		}
+		out[runner.TP{Topic: o.Topic, Partition: o.Partition}] = o.Offset
+	})
+	return out
+}
+
+// waitFor polls cond every 20ms until it holds or the timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func committedAtEnd(t *testing.T, c *cluster, group string, topics ...string) func() bool {
+	return func() bool {
+		ends := c.ends(t, topics...)
+		got := c.committed(t, group)
+		for tp, end := range ends {
+			if got[tp] != end {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// handled records every handler call.
+type handled struct {
+	mu    sync.Mutex
+	byTP  map[runner.TP][]int64
+	byKey map[string][]int64
+	n     int
+}
+
+func newHandled() *handled {
+	return &handled{byTP: map[runner.TP][]int64{}, byKey: map[string][]int64{}}
+}
+
+func (h *handled) add(rec runner.Record) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.byTP[rec.TP()] = append(h.byTP[rec.TP()], rec.Offset)
+	h.byKey[rec.TP().String()+"|"+string(rec.Key)] = append(h.byKey[rec.TP().String()+"|"+string(rec.Key)], rec.Offset)
+	h.n++
+}
+
+func (h *handled) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n
+}
+
+// distinct returns the distinct offsets handled per partition, over hs.
+func distinct(hs ...*handled) map[runner.TP]map[int64]bool {
+	out := map[runner.TP]map[int64]bool{}
+	for _, h := range hs {
+		h.mu.Lock()
+		for tp, offs := range h.byTP {
+			if out[tp] == nil {
+				out[tp] = map[int64]bool{}
+			}
+			for _, o := range offs {
+				out[tp][o] = true
+			}
+		}
+		h.mu.Unlock()
+	}
+	return out
+}
+
+// spy wraps a Source and records what it reports to the runner.
+type spy struct {
+	*franz.Source
+	mu    sync.Mutex
+	owned map[runner.TP]bool
+	lost  []runner.TP
+}
+
+func newSpy(src *franz.Source) *spy { return &spy{Source: src, owned: map[runner.TP]bool{}} }
+
+func (s *spy) Run(ctx context.Context, sink runner.Sink) error {
+	return s.Source.Run(ctx, spySink{Sink: sink, s: s})
+}
+
+func (s *spy) ownedTPs() []runner.TP {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []runner.TP
+	for tp := range s.owned {
+		out = append(out, tp)
+	}
+	return out
+}
+
+func (s *spy) lostTPs() []runner.TP {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.lost)
+}
+
+type spySink struct {
+	runner.Sink
+	s *spy
+}
+
+func (k spySink) Assigned(ctx context.Context, parts []runner.Assignment) error {
+	err := k.Sink.Assigned(ctx, parts)
+	k.s.mu.Lock()
+	for _, a := range parts {
+		k.s.owned[a.TP] = true
+	}
+	k.s.mu.Unlock()
+	return err
+}
+
+func (k spySink) Revoked(ctx context.Context, tps []runner.TP, deadline time.Time) error {
+	err := k.Sink.Revoked(ctx, tps, deadline)
+	k.s.mu.Lock()
+	for _, tp := range tps {
+		delete(k.s.owned, tp)
+	}
+	k.s.mu.Unlock()
+	return err
+}
+
+func (k spySink) Lost(ctx context.Context, tps []runner.TP) error {
+	k.s.mu.Lock()
+	for _, tp := range tps {
+		delete(k.s.owned, tp)
+	}
+	k.s.lost = append(k.s.lost, tps...)
+	k.s.mu.Unlock()
+	return k.Sink.Lost(ctx, tps)
+}
+
+// member is one runner over one franz Source.
+type member struct {
+	src  *spy
+	r    *runner.Runner
+	done chan error
+}
+
+func startMember(t *testing.T, c *cluster, group string, topics []string, h runner.Handler, fopts []franz.Option, ropts ...runner.Option) *member {
+	t.Helper()
+	fopts = append([]franz.Option{
+		franz.Logger(testLogger(t)),
+		franz.SessionTimeout(3 * time.Second),
+		franz.HeartbeatInterval(300 * time.Millisecond),
+		franz.RebalanceTimeout(10 * time.Second),
+	}, fopts...)
+	src, err := franz.New(c.addrs, group, topics, fopts...)
+	if err != nil {
+		t.Fatalf("franz.New: %v", err)
+	}
+	s := newSpy(src)
+	opts := []runner.Option{
+		runner.Logger(testLogger(t)),
+		runner.CommitInterval(50 * time.Millisecond),
+		runner.DrainBudget(3 * time.Second),
+		runner.Concurrency(8),
+	}
+	for _, tp := range topics {
+		opts = append(opts, runner.Handle(tp, h))
+	}
+	r, err := runner.New(s, append(opts, ropts...)...)
+	if err != nil {
+		src.Close()
+		t.Fatalf("runner.New: %v", err)
+	}
+	m := &member{src: s, r: r, done: make(chan error, 1)}
+	go func() { m.done <- r.Run(context.Background()) }()
+	t.Cleanup(func() { m.shutdown(t) })
+	return m
+}
+
+// shutdown stops the member gracefully; later calls do nothing.
+func (m *member) shutdown(t *testing.T) {
+	t.Helper()
+	if m.done == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := m.r.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if err := <-m.done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	m.done = nil
+}
+
+func record(h *handled) runner.Handler {
+	return func(_ context.Context, rec runner.Record) error {
+		h.add(rec)
+		return nil
+	}
+}
+
+// TestConsumeCommitsEnd: one runner consumes every keyed record once, in
+// per-key offset order, and commits the end offsets, with each group
+// protocol the adapter offers.
+func TestConsumeCommitsEnd(t *testing.T) {
+	cases := []struct {
+		name string
+		opts []franz.Option
+	}{
+		{"cooperative", nil},
+		{"eager", []franz.Option{franz.Eager()}},
+		{"static", []franz.Option{franz.InstanceID("member-1")}},
+		{"kip848", []franz.Option{franz.ServerSideAssignment()}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			const parts, per = 3, 200
+			c := newCluster(t)
+			c.topic(t, "orders", parts)
+			c.produce(t, "orders", parts, per, 7)
+			h := newHandled()
+			m := startMember(t, c, "g", []string{"orders"}, record(h), tc.opts)
+			waitFor(t, 20*time.Second, "every record handled", func() bool { return h.count() >= parts*per })
+			waitFor(t, 10*time.Second, "committed == end offsets", committedAtEnd(t, c, "g", "orders"))
+			m.shutdown(t)
+
+			if n := h.count(); n != parts*per {
+				t.Errorf("handled %d records, want exactly %d", n, parts*per)
+			}
+			for key, offs := range h.byKey {
+				if !slices.IsSorted(offs) {
+					t.Errorf("key %s handled out of offset order: %v", key, offs)
+				}
+			}
+			for tp, end := range c.ends(t, "orders") {
+				if end != per {
+					t.Errorf("%s end %d, want %d", tp, end, per)
+				}
+			}
+		})
+	}
+}
+
+// TestTwoMembersShare: two runners in one group split the partitions; when
+// one shuts down the other takes them all, and together they handle every
+// record and commit the end offsets.
+func TestTwoMembersShare(t *testing.T) {
+	const parts = 4
+	c := newCluster(t)
+	c.topic(t, "t", parts)
+	h1, h2 := newHandled(), newHandled()
+	m1 := startMember(t, c, "g", []string{"t"}, record(h1), nil)
+	m2 := startMember(t, c, "g", []string{"t"}, record(h2), nil)
+	waitFor(t, 20*time.Second, "both members own partitions", func() bool {
+		a, b := m1.src.ownedTPs(), m2.src.ownedTPs()
+		return len(a) > 0 && len(b) > 0 && len(a)+len(b) == parts
+	})
+	c.produce(t, "t", parts, 100, 5)
+	waitFor(t, 20*time.Second, "first batch handled", func() bool { return h1.count()+h2.count() >= parts*100 })
+	if h1.count() == 0 || h2.count() == 0 {
+		t.Fatalf("members handled %d and %d records; want both > 0", h1.count(), h2.count())
+	}
+
+	m1.shutdown(t)
+	waitFor(t, 20*time.Second, "the remaining member owns every partition", func() bool { return len(m2.src.ownedTPs()) == parts })
+	c.produce(t, "t", parts, 100, 5)
+	waitFor(t, 20*time.Second, "committed == end offsets", committedAtEnd(t, c, "g", "t"))
+	m2.shutdown(t)
+
+	all := distinct(h1, h2)
+	for p := range int32(parts) {
+		tp := runner.TP{Topic: "t", Partition: p}
+		for off := range int64(200) {
+			if !all[tp][off] {
+				t.Errorf("%s@%d never handled", tp, off)
+			}
+		}
+	}
+}
+
+// TestDeadLetter: a record that fails every attempt is written to the
+// dead-letter topic through the Source, with its key, value and headers, and
+// only then committed past.
+func TestDeadLetter(t *testing.T) {
+	c := newCluster(t)
+	c.topic(t, "in", 1)
+	c.topic(t, "dlq", 1)
+	c.produce(t, "in", 1, 10, 10)
+	h := newHandled()
+	fail := func(ctx context.Context, rec runner.Record) error {
+		if string(rec.Key) == "k0-3" {
+			return errors.New("boom")
+		}
+		h.add(rec)
+		return nil
+	}
+	m := startMember(t, c, "g", []string{"in"}, fail, nil,
+		runner.Failure(runner.DeadLetter("dlq", 2, nil)), runner.Backoff(time.Millisecond, 5*time.Millisecond))
+	waitFor(t, 20*time.Second, "committed == end offsets", committedAtEnd(t, c, "g", "in"))
+	m.shutdown(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.ConsumeTopics("dlq"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var got []*kgo.Record
+	for len(got) < 1 && ctx.Err() == nil {
+		got = append(got, cl.PollFetches(ctx).Records()...)
+	}
+	if len(got) != 1 {
+		t.Fatalf("dead-letter topic holds %d records, want 1", len(got))
+	}
+	r := got[0]
+	if string(r.Key) != "k0-3" || string(r.Value) != "3" {
+		t.Errorf("dead letter key %q value %q, want k0-3 and 3", r.Key, r.Value)
+	}
+	hdr := map[string]string{}
+	for _, x := range r.Headers {
+		hdr[x.Key] = string(x.Value)
+	}
+	for k, want := range map[string]string{"i": "3", "tidemark-origin-topic": "in", "tidemark-origin-partition": "0", "tidemark-origin-offset": "3", "tidemark-attempts": "2"} {
+		if hdr[k] != want {
+			t.Errorf("dead letter header %s = %q, want %q (headers %v)", k, hdr[k], want, hdr)
+		}
+	}
+	if h.count() != 9 {
+		t.Errorf("handled %d records, want 9", h.count())
+	}
+}
+
+// TestDeadLetterMissingTopic: a write to a topic that does not exist fails
+// with the broker's error instead of hanging.
+func TestDeadLetterMissingTopic(t *testing.T) {
+	c := newCluster(t)
+	src, err := franz.New(c.addrs, "g", []string{"in"}, franz.Logger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = src.WriteDeadLetter(ctx, "nope", runner.Record{Topic: "in", Key: []byte("k"), Value: []byte("v")})
+	if !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		t.Fatalf("WriteDeadLetter to a missing topic: %v, want UNKNOWN_TOPIC_OR_PARTITION", err)
+	}
+}
+
+// chanSink is a Sink without a runner: it answers at once and passes every
+// batch on.
+type chanSink struct {
+	assigned chan []runner.Assignment
+	batches  chan runner.Batch
+}
+
+func (s *chanSink) Assigned(_ context.Context, parts []runner.Assignment) error {
+	s.assigned <- parts
+	return nil
+}
+func (s *chanSink) Revoked(context.Context, []runner.TP, time.Time) error { return nil }
+func (s *chanSink) Lost(context.Context, []runner.TP) error               { return nil }
+func (s *chanSink) Fetched(_ context.Context, bs []runner.Batch) (int, error) {
+	for _, b := range bs {
+		s.batches <- b
+	}
+	return 100, nil
+}
+
+// TestPause: a paused partition gets no records until it is resumed, while
+// the others keep flowing; batches carry the position and high watermark.
+func TestPause(t *testing.T) {
+	c := newCluster(t)
+	c.topic(t, "t", 2)
+	src, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &chanSink{assigned: make(chan []runner.Assignment, 10), batches: make(chan runner.Batch, 1000)}
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- src.Run(ctx, sink) }()
+	defer func() {
+		src.Close()
+		cancel()
+		if err := <-runDone; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	select {
+	case as := <-sink.assigned:
+		if len(as) != 2 {
+			t.Fatalf("assigned %v, want both partitions", as)
+		}
+		for _, a := range as {
+			if a.Start != watermark.Unknown {
+				t.Errorf("%s start %d, want watermark.Unknown", a.TP, a.Start)
+			}
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no assignment")
+	}
+	p0, p1 := runner.TP{Topic: "t", Partition: 0}, runner.TP{Topic: "t", Partition: 1}
+	src.Pause([]runner.TP{p0})
+	c.produce(t, "t", 2, 10, 10)
+
+	got := map[runner.TP][]int64{}
+	take := func(d time.Duration, until func() bool) {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		for !until() {
+			select {
+			case b := <-sink.batches:
+				for _, r := range b.Records {
+					got[b.TP] = append(got[b.TP], r.Offset)
+				}
+				if last := b.Records[len(b.Records)-1].Offset; b.Position != last+1 {
+					t.Errorf("%s batch position %d, want %d", b.TP, b.Position, last+1)
+				}
+				if b.HighWatermark != 10 {
+					t.Errorf("%s high watermark %d, want 10", b.TP, b.HighWatermark)
+				}
+			case <-timer.C:
+				return
+			}
+		}
+	}
+	take(10*time.Second, func() bool { return len(got[p1]) == 10 })
+	if len(got[p1]) != 10 {
+		t.Fatalf("unpaused partition got %d records, want 10", len(got[p1]))
+	}
+	take(1500*time.Millisecond, func() bool { return false }) // FetchMaxWait is 500ms: three fetch rounds
+	if len(got[p0]) != 0 {
+		t.Fatalf("paused partition got records %v", got[p0])
+	}
+	src.Resume([]runner.TP{p0})
+	take(10*time.Second, func() bool { return len(got[p0]) == 10 })
+	if len(got[p0]) != 10 {
+		t.Fatalf("resumed partition got %d records, want 10", len(got[p0]))
+	}
+}
+
+// TestTransactions: records of aborted transactions are never handled,
+// committed ones exactly once, and the committed offset reaches the end of
+// the partition past the last transaction marker (lag 0).
+func TestTransactions(t *testing.T) {
+	c := newCluster(t)
+	c.topic(t, "tx", 1)
+	p, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.TransactionalID("tx-1"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	want := map[string]bool{}
+	for txn, commit := range []bool{true, false, true, false} {
+		if err := p.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			v := fmt.Sprintf("txn%d-%d", txn, i)
+			if err := p.ProduceSync(ctx, &kgo.Record{Topic: "tx", Key: []byte(v), Value: []byte(v)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			if commit {
+				want[v] = true
+			}
+		}
+		if err := p.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	got := map[string]int{}
+	h := func(_ context.Context, rec runner.Record) error {
+		mu.Lock()
+		got[string(rec.Value)]++
+		mu.Unlock()
+		return nil
+	}
+	m := startMember(t, c, "g", []string{"tx"}, h, nil)
+	waitFor(t, 20*time.Second, "committed == end offset", committedAtEnd(t, c, "g", "tx"))
+	m.shutdown(t)
+	if end := c.ends(t, "tx")[runner.TP{Topic: "tx"}]; end != 24 {
+		t.Errorf("end offset %d, want 24 (20 records and 4 markers)", end)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for v, n := range got {
+		if !want[v] {
+			t.Errorf("handled %s from an aborted transaction", v)
+		} else if n != 1 {
+			t.Errorf("handled %s %d times", v, n)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("handled %d distinct committed records, want %d", len(got), len(want))
+	}
+}
+
+// TestLost: when the broker tells the member it is unknown (its session
+// ended), the partition is reported lost, the in-flight handler's ctx is
+// cancelled, and its late completion commits nothing: the committed offset
+// stays below the unfinished record until the new assignment finishes it.
+func TestLost(t *testing.T) {
+	c := newCluster(t)
+	c.topic(t, "t", 1)
+	c.produce(t, "t", 1, 10, 10)
+
+	const stuck = 5
+	var (
+		mu        sync.Mutex
+		calls     int
+		cancelled = make(chan struct{}) // closed when the first attempt's ctx ends
+		release1  = make(chan struct{}) // lets the first attempt return (late)
+		release2  = make(chan struct{}) // lets the redelivery return
+	)
+	h := func(ctx context.Context, rec runner.Record) error {
+		if rec.Offset != stuck {
+			return nil
+		}
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n == 1 {
+			<-ctx.Done()
+			close(cancelled)
+			<-release1
+			return nil // a late success: must not count
+		}
+		<-release2
+		return nil
+	}
+	m := startMember(t, c, "g", []string{"t"}, h,
+		[]franz.Option{franz.SessionTimeout(time.Second), franz.HeartbeatInterval(100 * time.Millisecond), franz.RebalanceTimeout(2 * time.Second)})
+	tp := runner.TP{Topic: "t", Partition: 0}
+	waitFor(t, 20*time.Second, "commit up to the stuck record", func() bool { return c.committed(t, "g")[tp] == stuck })
+
+	c.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Group: "g", Err: kerr.UnknownMemberID})
+	waitFor(t, 20*time.Second, "the partition reported lost", func() bool { return len(m.src.lostTPs()) > 0 })
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lost partition's handler ctx was not cancelled")
+	}
+	close(release1)
+	// The member rejoins and gets the partition back; the redelivered
+	// record is held, so nothing may pass it.
+	waitFor(t, 20*time.Second, "the redelivery", func() bool { mu.Lock(); defer mu.Unlock(); return calls >= 2 })
+	time.Sleep(500 * time.Millisecond) // ten commit intervals
+	if got := c.committed(t, "g")[tp]; got != stuck {
+		t.Fatalf("committed %d after the lost attempt finished late; want %d", got, stuck)
+	}
+	close(release2)
+	waitFor(t, 20*time.Second, "committed == end offsets", committedAtEnd(t, c, "g", "t"))
+	m.shutdown(t)
+}
+
+// TestNewValidates: New refuses bad arguments and options with a
+// *ConfigError naming them.
+func TestNewValidates(t *testing.T) {
+	cases := []struct {
+		name    string
+		brokers []string
+		group   string
+		topics  []string
+		opts    []franz.Option
+		option  string
+	}{
+		{"no brokers", nil, "g", []string{"t"}, nil, "brokers"},
+		{"no group", []string{"x:1"}, "", []string{"t"}, nil, "group"},
+		{"no topics", []string{"x:1"}, "g", nil, nil, "topics"},
+		{"twice", []string{"x:1"}, "g", []string{"t", "t"}, nil, "topics"},
+		{"instance", []string{"x:1"}, "g", []string{"t"}, []franz.Option{franz.InstanceID("")}, "InstanceID"},
+		{"balancer", []string{"x:1"}, "g", []string{"t"}, []franz.Option{franz.Balancer()}, "Balancer"},
+		{"session", []string{"x:1"}, "g", []string{"t"}, []franz.Option{franz.SessionTimeout(0)}, "SessionTimeout"},
+		{"rebalance", []string{"x:1"}, "g", []string{"t"}, []franz.Option{franz.RebalanceTimeout(-1)}, "RebalanceTimeout"},
+		{"heartbeat", []string{"x:1"}, "g", []string{"t"}, []franz.Option{franz.HeartbeatInterval(time.Minute)}, "HeartbeatInterval"},
+		{"poll", []string{"x:1"}, "g", []string{"t"}, []franz.Option{franz.MaxPollRecords(0)}, "MaxPollRecords"},
+		{"logger", []string{"x:1"}, "g", []string{"t"}, []franz.Option{franz.Logger(nil)}, "Logger"},
+		{"848 eager", []string{"x:1"}, "g", []string{"t"}, []franz.Option{franz.Eager(), franz.ServerSideAssignment()}, "ServerSideAssignment"},
+		{"848 cooperative", []string{"x:1"}, "g", []string{"t"}, []franz.Option{franz.Balancer(kgo.CooperativeStickyBalancer()), franz.ServerSideAssignment()}, "ServerSideAssignment"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src, err := franz.New(tc.brokers, tc.group, tc.topics, tc.opts...)
+			if err == nil {
+				src.Close()
+				t.Fatal("New accepted it")
+			}
+			var ce *franz.ConfigError
+			if !errors.As(err, &ce) || ce.Option != tc.option {
+				t.Fatalf("New: %v, want a *ConfigError for %s", err, tc.option)
+			}
+		})
+	}
+	if _, err := franz.New([]string{"x:1"}, "g", []string{"t"}, franz.Logger(testLogger(t)), franz.ClientOptions(kgo.ConsumeRegex())); !errors.As(err, new(*franz.ConfigError)) {
+		t.Errorf("New with kgo.ConsumeRegex: %v, want a *ConfigError", err)
+	}
+	src, err := franz.New([]string{"x:1"}, "g", []string{"t"}, franz.Logger(testLogger(t)), franz.ClientOptions(kgo.SeedBrokers("bad:host:port")))
+	if err != nil {
+		t.Fatalf("New with a later valid SeedBrokers: %v", err)
+	}
+	src.Close()
+}
+
+// recSink is a Sink without a runner that records ownership reports.
+type recSink struct {
+	mu       sync.Mutex
+	assigned []runner.TP
+	lost     []runner.TP
+}
+
+func (s *recSink) Assigned(_ context.Context, parts []runner.Assignment) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range parts {
+		s.assigned = append(s.assigned, a.TP)
+	}
+	return nil
+}
+func (s *recSink) Revoked(context.Context, []runner.TP, time.Time) error { return nil }
+func (s *recSink) Lost(_ context.Context, tps []runner.TP) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lost = append(s.lost, tps...)
+	return nil
+}
+func (s *recSink) Fetched(context.Context, []runner.Batch) (int, error) { return 100, nil }
+
+func (s *recSink) counts() (assigned, lost int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.assigned), len(s.lost)
+}
+
+// TestNoCommitAfterLost: once a partition is reported lost, Commit sends
+// nothing for it (even while the client rejoins) and says so with
+// ErrNotOwned; after it is assigned again, commits go through.
+func TestNoCommitAfterLost(t *testing.T) {
+	c := newCluster(t)
+	c.topic(t, "t", 1)
+	src, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)),
+		franz.SessionTimeout(time.Second), franz.HeartbeatInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &recSink{}
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- src.Run(ctx, sink) }()
+	defer func() {
+		src.Close()
+		cancel()
+		if err := <-runDone; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	tp := runner.TP{Topic: "t", Partition: 0}
+	waitFor(t, 15*time.Second, "the assignment", func() bool { a, _ := sink.counts(); return a == 1 })
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ccancel()
+	if err := src.Commit(cctx, []runner.Offset{{TP: tp, Offset: 3}}); err != nil {
+		t.Fatalf("Commit while owned: %v", err)
+	}
+
+	// Keep the member out of the group after it loses its session.
+	joins := c.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.JoinGroup}, Group: "g", Count: -1})
+	c.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Group: "g", Err: kerr.UnknownMemberID})
+	waitFor(t, 15*time.Second, "the loss", func() bool { _, l := sink.counts(); return l == 1 })
+	err = src.Commit(cctx, []runner.Offset{{TP: tp, Offset: 7}})
+	var ce *franz.CommitError
+	if !errors.Is(err, franz.ErrNotOwned) || !errors.As(err, &ce) || len(ce.NotOwned) != 1 || ce.NotOwned[0] != tp {
+		t.Fatalf("Commit after the loss: %v, want a *CommitError with %s not owned", err, tp)
+	}
+	if got := c.committed(t, "g")[tp]; got != 3 {
+		t.Fatalf("committed %d after the loss, want 3", got)
+	}
+
+	joins.Remove()
+	waitFor(t, 15*time.Second, "the new assignment", func() bool { a, _ := sink.counts(); return a == 2 })
+	if err := src.Commit(cctx, []runner.Offset{{TP: tp, Offset: 7}}); err != nil {
+		t.Fatalf("Commit after the new assignment: %v", err)
+	}
+	if got := c.committed(t, "g")[tp]; got != 7 {
+		t.Fatalf("committed %d, want 7", got)
+	}
+}

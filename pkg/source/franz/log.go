@@ -1,0 +1,45 @@
+package franz
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// kgoLogger passes franz-go's log lines to a slog.Logger. Its level follows
+// the slog handler's, so a logger at Info shows franz-go's group session
+// lines (joins, assignments, heartbeat errors) and hides its debug noise.
+type kgoLogger struct{ l *slog.Logger }
+
+func (k kgoLogger) Level() kgo.LogLevel {
+	ctx := context.Background()
+	switch {
+	case k.l.Enabled(ctx, slog.LevelDebug):
+		return kgo.LogLevelDebug
+	case k.l.Enabled(ctx, slog.LevelInfo):
+		return kgo.LogLevelInfo
+	case k.l.Enabled(ctx, slog.LevelWarn):
+		return kgo.LogLevelWarn
+	case k.l.Enabled(ctx, slog.LevelError):
+		return kgo.LogLevelError
+	}
+	return kgo.LogLevelNone
+}
+
+func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	var l slog.Level
+	switch level {
+	case kgo.LogLevelError:
+		l = slog.LevelError
+	case kgo.LogLevelWarn:
+		l = slog.LevelWarn
+	case kgo.LogLevelInfo:
+		l = slog.LevelInfo
+	case kgo.LogLevelDebug:
+		l = slog.LevelDebug
+	default:
+		return
+	}
+	k.l.Log(context.Background(), l, msg, keyvals...)
+}

@@ -1,0 +1,687 @@
+package franz
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/watermark"
+)
+
+// Source is a runner.Source and runner.DeadLetterWriter over one franz-go
+// client that is a member of one consumer group. Create it with New and hand
+// it to runner.New; the runner calls Run, Pause, Resume, Commit and Close.
+// Its methods are safe for concurrent use. A Source runs once.
+type Source struct {
+	cl     *kgo.Client
+	cfg    config
+	group  string
+	topics []string
+	log    *slog.Logger
+
+	started   atomic.Bool
+	closing   atomic.Bool
+	closed    chan struct{} // closed by Close before the client is closed
+	closeOnce sync.Once
+
+	// mu guards sink and runCtx, which Run sets before it subscribes to the
+	// topics, so that no partition callback can run without them. runCtx is
+	// Run's ctx, kept because franz-go calls the callbacks on its own
+	// goroutines and their Sink calls must end with Run.
+	mu     sync.Mutex
+	sink   runner.Sink
+	runCtx context.Context
+
+	// ownMu serializes commits with the changes of ownership, and guards
+	// owned: the partitions the group gave this member and neither revoked
+	// nor lost since.
+	//
+	// Commit holds it from the ownership check until the broker answered.
+	// In the classic protocol the broker does not check that a committing
+	// member owns the partition, only that its member id and generation are
+	// current. When the session is lost, franz-go calls OnPartitionsLost and
+	// then rejoins with a new generation; a commit that was still waiting
+	// (for the coordinator, or for the join to finish) would go out under
+	// the new generation for a partition that now belongs to another member
+	// and rewind that member's progress. Because onLost removes the
+	// partitions under ownMu before it tells the runner, it waits for a
+	// commit in progress to finish (with the old generation, which the
+	// broker rejects or, if still current, accepts for a partition we still
+	// owned), and every later commit finds them not owned and drops them.
+	// That makes invariant 4 (after Lost, nothing is committed for the
+	// partition) hold at the broker, not only in the runner's table.
+	ownMu sync.Mutex
+	owned map[runner.TP]struct{}
+}
+
+// ErrClosed is returned by Run after Close.
+var ErrClosed = errors.New("franz: source closed")
+
+// ErrAlreadyRun is returned by Run when the Source already ran.
+var ErrAlreadyRun = errors.New("franz: Run called more than once")
+
+// ErrNotOwned is matched (with errors.Is) by a *CommitError that left out
+// partitions this member does not own.
+var ErrNotOwned = errors.New("franz: partition not owned by this member")
+
+// New returns a Source that joins group and consumes topics once Run is
+// called. It creates the franz-go client (which does not connect yet) and
+// returns a *ConfigError naming the first invalid argument or option, or the
+// client's error for invalid ClientOptions. Close releases the client.
+func New(brokers []string, group string, topics []string, opts ...Option) (*Source, error) {
+	switch {
+	case len(brokers) == 0:
+		return nil, &ConfigError{Option: "brokers", Reason: "no seed broker"}
+	case group == "":
+		return nil, &ConfigError{Option: "group", Reason: "empty group"}
+	case len(topics) == 0:
+		return nil, &ConfigError{Option: "topics", Reason: "no topic"}
+	}
+	for i, t := range topics {
+		if t == "" {
+			return nil, &ConfigError{Option: "topics", Reason: fmt.Sprintf("topic %d is empty", i)}
+		}
+		if slices.Contains(topics[:i], t) {
+			return nil, &ConfigError{Option: "topics", Reason: fmt.Sprintf("topic %q given twice", t)}
+		}
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Source{
+		cfg:    cfg,
+		group:  group,
+		topics: slices.Clone(topics),
+		log:    cfg.logger.With("component", "tidemark.franz", "group", group),
+		closed: make(chan struct{}),
+		owned:  map[runner.TP]struct{}{},
+	}
+
+	// Overridable defaults first, then the caller's client options, then
+	// what the adapter depends on, so that those cannot be overridden.
+	kopts := []kgo.Opt{
+		kgo.WithLogger(kgoLogger{cfg.logger.With("component", "franz-go", "group", group)}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(defaultFetchMaxWait),
+	}
+	kopts = append(kopts, cfg.clientOpts...)
+	kopts = append(kopts,
+		kgo.SeedBrokers(brokers...),
+		kgo.ConsumerGroup(group),
+		// No topics yet: Run subscribes once the sink is set, so the
+		// member joins the group only when it can report to the runner.
+		kgo.ConsumeTopics(),
+		kgo.DisableAutoCommit(),
+		// Rebalance callbacks run only between AllowRebalance and the
+		// next non-empty poll, so the runner has recorded every record
+		// handed over before it hears of a revoke or loss.
+		kgo.BlockRebalanceOnPoll(),
+		// Control records (transaction markers) carry the offsets that
+		// let the committed offset reach the end of a transactional
+		// partition; Run filters them out and keeps only their offsets.
+		kgo.KeepControlRecords(),
+		kgo.Balancers(cfg.groupBalancers()...),
+		kgo.SessionTimeout(cfg.sessionTimeout),
+		kgo.RebalanceTimeout(cfg.rebalanceTimeout),
+		kgo.HeartbeatInterval(cfg.heartbeatInterval),
+		kgo.OnPartitionsAssigned(s.onAssigned),
+		kgo.OnPartitionsRevoked(s.onRevoked),
+		kgo.OnPartitionsLost(s.onLost),
+	)
+	if cfg.instanceSet {
+		kopts = append(kopts, kgo.InstanceID(cfg.instanceID))
+	}
+	if cfg.serverSide {
+		kopts = append(kopts, kgo.ServerSideBalancer())
+	}
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("franz: creating the client: %w", err)
+	}
+	if regex, _ := cl.OptValue(kgo.ConsumeRegex).(bool); regex {
+		cl.Close()
+		return nil, &ConfigError{Option: "ClientOptions", Reason: "kgo.ConsumeRegex is not supported: the source consumes the topics given to New"}
+	}
+	s.cl = cl
+	return s, nil
+}
+
+// Client returns the franz-go client, for admin requests (kadm.NewClient) or
+// metrics. Do not poll, commit, pause or close through it.
+func (s *Source) Client() *kgo.Client { return s.cl }
+
+// FetchError is a fetch error that stopped Run: the client was closed under
+// it, or the broker refused authentication or authorization.
+type FetchError struct {
+	// TP is the partition the error was reported on; empty for a
+	// client-wide error.
+	TP  runner.TP
+	Err error
+}
+
+func (e *FetchError) Error() string {
+	if e.TP.Topic == "" {
+		return "franz: fetch: " + e.Err.Error()
+	}
+	return "franz: fetch " + e.TP.String() + ": " + e.Err.Error()
+}
+
+// Unwrap returns Err.
+func (e *FetchError) Unwrap() error { return e.Err }
+
+// Run joins the group and consumes until ctx is done, Close is called, or a
+// fatal fetch error (returned as a *FetchError). It reports assignments,
+// revokes, losses and fetched records to sink and blocks while the sink
+// acts on them. Once the sink returns runner.ErrStopped, Run stops fetching
+// but keeps answering the group's callbacks, and returns when ctx is done or
+// Close is called. Run returns nil when ctx ends or after Close.
+func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
+	if sink == nil {
+		return errors.New("franz: Run with a nil sink")
+	}
+	if !s.started.CompareAndSwap(false, true) {
+		return ErrAlreadyRun
+	}
+	if s.closing.Load() {
+		return ErrClosed
+	}
+	s.mu.Lock()
+	s.sink, s.runCtx = sink, ctx
+	s.mu.Unlock()
+	s.cl.AddConsumeTopics(s.topics...)
+	s.log.Info("joining the group", "topics", s.topics)
+
+	budget := s.cfg.maxPollRecords
+	for {
+		fetches := s.cl.PollRecords(ctx, budget)
+		batches, stop, err := s.batches(ctx, fetches)
+		if len(batches) == 0 || stop || err != nil {
+			// Nothing to hand over (or we are leaving): let a blocked
+			// rebalance go on. AllowRebalance without a poll that
+			// returned records is harmless.
+			s.cl.AllowRebalance()
+			switch {
+			case err != nil:
+				return err
+			case stop || ctx.Err() != nil:
+				return nil
+			}
+			continue
+		}
+		n, err := sink.Fetched(ctx, batches)
+		// Only now, with every record above recorded by the runner, may a
+		// revoke or loss callback run.
+		s.cl.AllowRebalance()
+		if err != nil {
+			if errors.Is(err, runner.ErrStopped) {
+				// The runner is stopping: its Sink calls answer
+				// ErrStopped at once, so the callbacks franz-go runs
+				// while we wait (and during Close) do not block.
+				s.log.Debug("runner stopped; no more fetching")
+				select {
+				case <-ctx.Done():
+				case <-s.closed:
+				}
+				return nil
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("franz: handing records to the runner: %w", err)
+		}
+		budget = min(max(n, 1), s.cfg.maxPollRecords)
+	}
+}
+
+// batches turns one poll into one Batch per partition. It reports stop when
+// ctx is done or the client was closed by Close, and a *FetchError for a
+// fatal fetch error; other fetch errors are logged.
+func (s *Source) batches(ctx context.Context, fetches kgo.Fetches) (out []runner.Batch, stop bool, err error) {
+	fetches.EachError(func(topic string, partition int32, ferr error) {
+		tp := runner.TP{Topic: topic, Partition: partition}
+		switch {
+		case errors.Is(ferr, context.Canceled) || errors.Is(ferr, context.DeadlineExceeded):
+			if ctx.Err() != nil {
+				stop = true
+				return
+			}
+			s.log.Warn("fetch error", "partition", tp.String(), "err", ferr)
+		case errors.Is(ferr, kgo.ErrClientClosed):
+			if s.closing.Load() {
+				stop = true
+				return
+			}
+			if err == nil {
+				err = &FetchError{Err: ferr}
+			}
+		case fatalFetch(ferr):
+			if err == nil {
+				err = &FetchError{TP: tp, Err: ferr}
+			}
+		default:
+			var groupErr *kgo.ErrGroupSession
+			var lossErr *kgo.ErrDataLoss
+			switch {
+			case errors.As(ferr, &groupErr):
+				// franz-go rejoins by itself; the loss was reported
+				// through OnPartitionsLost.
+				s.log.Warn("group session ended by an error; rejoining", "err", ferr)
+			case errors.As(ferr, &lossErr):
+				s.log.Error("data loss detected by the client; it resets and continues", "partition", tp.String(), "err", ferr)
+			default:
+				s.log.Error("fetch error", "partition", tp.String(), "err", ferr)
+			}
+		}
+	})
+	if stop || err != nil {
+		return nil, stop, err
+	}
+	var idx map[runner.TP]int
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) == 0 {
+			return
+		}
+		tp := runner.TP{Topic: p.Topic, Partition: p.Partition}
+		i, ok := idx[tp]
+		if !ok {
+			if idx == nil {
+				idx = make(map[runner.TP]int)
+			}
+			i = len(out)
+			idx[tp] = i
+			out = append(out, runner.Batch{TP: tp, Position: -1, HighWatermark: -1, Records: make([]runner.Record, 0, len(p.Records))})
+		}
+		b := &out[i]
+		b.HighWatermark = max(b.HighWatermark, p.HighWatermark)
+		for _, r := range p.Records {
+			// Every record, control or not, moves the position: the
+			// next fetch starts after it.
+			b.Position = max(b.Position, r.Offset+1)
+			if r.Attrs.IsControl() {
+				continue
+			}
+			b.Records = append(b.Records, record(r))
+		}
+	})
+	return out, false, nil
+}
+
+// fatalFetch reports whether a fetch error cannot go away without the
+// operator: authentication and authorization failures, and a session
+// timeout the broker does not allow (the member could never join).
+func fatalFetch(err error) bool {
+	for _, e := range []error{
+		kerr.InvalidSessionTimeout,
+		kerr.SaslAuthenticationFailed,
+		kerr.TopicAuthorizationFailed,
+		kerr.GroupAuthorizationFailed,
+		kerr.ClusterAuthorizationFailed,
+	} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func record(r *kgo.Record) runner.Record {
+	rec := runner.Record{
+		Topic:       r.Topic,
+		Partition:   r.Partition,
+		Offset:      r.Offset,
+		Key:         r.Key,
+		Value:       r.Value,
+		Timestamp:   r.Timestamp,
+		LeaderEpoch: r.LeaderEpoch,
+	}
+	if len(r.Headers) > 0 {
+		rec.Headers = make([]runner.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			rec.Headers[i] = runner.Header{Key: h.Key, Value: h.Value}
+		}
+	}
+	return rec
+}
+
+// sinkOf returns the sink and Run's ctx, or nil before Run.
+func (s *Source) sinkOf() (runner.Sink, context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sink, s.runCtx
+}
+
+// onAssigned reports newly assigned partitions. franz-go calls it before it
+// fetches their committed offsets, so the start is unknown: the runner takes
+// it from the first delivery.
+func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	tps := tpsOf(assigned)
+	if len(tps) == 0 {
+		return
+	}
+	s.ownMu.Lock()
+	for _, tp := range tps {
+		s.owned[tp] = struct{}{}
+	}
+	s.ownMu.Unlock()
+	// The runner starts a new assignment unpaused; drop a pause franz-go
+	// may still hold from an earlier assignment of the same partition.
+	s.cl.ResumeFetchPartitions(assigned)
+	s.log.Info("partitions assigned", "partitions", tpStrings(tps))
+	sink, ctx := s.sinkOf()
+	if sink == nil {
+		return
+	}
+	as := make([]runner.Assignment, len(tps))
+	for i, tp := range tps {
+		as[i] = runner.Assignment{TP: tp, Start: watermark.Unknown}
+	}
+	if err := sink.Assigned(ctx, as); !benign(ctx, err) {
+		s.log.Warn("runner did not take the assignment", "partitions", tpStrings(tps), "err", err)
+	}
+}
+
+// onRevoked hands revoked partitions to the runner, which drains them and
+// commits their final offsets through Commit before it returns; franz-go
+// keeps heartbeating meanwhile and holds the rebalance. franz-go also calls
+// it with nothing at the end of every group session.
+func (s *Source) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	tps := tpsOf(revoked)
+	if len(tps) == 0 {
+		return
+	}
+	s.log.Info("partitions revoked; draining", "partitions", tpStrings(tps))
+	if sink, ctx := s.sinkOf(); sink != nil {
+		// Half the rebalance timeout leaves the other half for the final
+		// commit and the rejoin; the runner also applies its DrainBudget.
+		deadline := time.Now().Add(s.cfg.rebalanceTimeout / 2)
+		if err := sink.Revoked(ctx, tps, deadline); !benign(ctx, err) {
+			s.log.Warn("revoke drain ended with an error", "partitions", tpStrings(tps), "err", err)
+		}
+	}
+	s.disown(tps)
+}
+
+// onLost drops partitions whose ownership is gone (the session expired or
+// was fenced): ownership first, under ownMu, so nothing more is committed
+// for them; then the runner, which cancels their handlers.
+func (s *Source) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	tps := tpsOf(lost)
+	if len(tps) == 0 {
+		return
+	}
+	s.disown(tps)
+	s.log.Warn("partitions lost; nothing more is committed for them", "partitions", tpStrings(tps))
+	if sink, ctx := s.sinkOf(); sink != nil {
+		if err := sink.Lost(ctx, tps); !benign(ctx, err) {
+			s.log.Warn("runner did not take the loss", "partitions", tpStrings(tps), "err", err)
+		}
+	}
+}
+
+// benign reports whether a Sink call's err is nil or says the runner (or
+// Run's ctx) has stopped, which the callbacks expect during Close.
+func benign(ctx context.Context, err error) bool {
+	return err == nil || errors.Is(err, runner.ErrStopped) || ctx.Err() != nil
+}
+
+func (s *Source) disown(tps []runner.TP) {
+	s.ownMu.Lock()
+	for _, tp := range tps {
+		delete(s.owned, tp)
+	}
+	s.ownMu.Unlock()
+}
+
+// Pause stops fetching tps until Resume; records of tps already buffered in
+// the client are kept back and fetched again later. It does not block.
+func (s *Source) Pause(tps []runner.TP) {
+	if len(tps) > 0 {
+		s.cl.PauseFetchPartitions(mapOf(tps))
+	}
+}
+
+// Resume starts fetching tps again; it takes effect with the next fetch
+// request to their broker (within FetchMaxWait). It does not block.
+func (s *Source) Resume(tps []runner.TP) {
+	if len(tps) > 0 {
+		s.cl.ResumeFetchPartitions(mapOf(tps))
+	}
+}
+
+// CommitError reports a commit that was not acknowledged for every
+// partition. The offsets of partitions not listed were acknowledged.
+type CommitError struct {
+	// Failed maps each partition whose commit failed, or whose outcome is
+	// unknown, to the error: the broker's (a kerr.Error, e.g.
+	// kerr.IllegalGeneration after a rebalance) or the request's.
+	Failed map[runner.TP]error
+	// NotOwned lists the partitions left out because this member does not
+	// own them (revoked or lost before the commit).
+	NotOwned []runner.TP
+}
+
+func (e *CommitError) Error() string {
+	var b strings.Builder
+	b.WriteString("franz: commit")
+	if len(e.Failed) > 0 {
+		tps := make([]runner.TP, 0, len(e.Failed))
+		for tp := range e.Failed {
+			tps = append(tps, tp)
+		}
+		sortTPs(tps)
+		b.WriteString(" failed for")
+		for i, tp := range tps {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(" " + tp.String() + " (" + e.Failed[tp].Error() + ")")
+		}
+	}
+	if len(e.NotOwned) > 0 {
+		if len(e.Failed) > 0 {
+			b.WriteByte(';')
+		}
+		b.WriteString(" not sent for partitions not owned:")
+		for i, tp := range e.NotOwned {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(" " + tp.String())
+		}
+	}
+	return b.String()
+}
+
+// Unwrap returns the distinct errors of Failed, and ErrNotOwned when
+// NotOwned is not empty, for errors.Is and errors.As.
+func (e *CommitError) Unwrap() []error {
+	var errs []error
+	for _, err := range e.Failed {
+		if !slices.Contains(errs, err) {
+			errs = append(errs, err)
+		}
+	}
+	if len(e.NotOwned) > 0 {
+		errs = append(errs, ErrNotOwned)
+	}
+	return errs
+}
+
+var errNoAnswer = errors.New("franz: the broker's answer did not include the partition")
+
+// Commit commits offsets (the next offset to consume per partition)
+// synchronously with the group's current member id and generation, and
+// returns when the broker answered or ctx is done. Offsets of partitions
+// this member does not own are not sent. It returns nil when every offset
+// was acknowledged, and a *CommitError naming the partitions otherwise.
+// The runner calls it from one goroutine; calls never overlap.
+func (s *Source) Commit(ctx context.Context, offsets []runner.Offset) error {
+	// Held until the broker answered: see ownMu.
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+
+	var notOwned []runner.TP
+	send := make(map[string]map[int32]kgo.EpochOffset)
+	for _, o := range offsets {
+		if _, ok := s.owned[o.TP]; !ok {
+			notOwned = append(notOwned, o.TP)
+			continue
+		}
+		ps := send[o.TP.Topic]
+		if ps == nil {
+			ps = make(map[int32]kgo.EpochOffset)
+			send[o.TP.Topic] = ps
+		}
+		// Epoch -1: tidemark's offsets are not tied to one record's
+		// leader epoch (a position past control records has none), so
+		// the next owner skips truncation detection for this commit.
+		ps[o.TP.Partition] = kgo.EpochOffset{Epoch: -1, Offset: o.Offset}
+	}
+	if len(notOwned) > 0 {
+		sortTPs(notOwned)
+		s.log.Warn("not committing offsets for partitions this member does not own", "partitions", tpStrings(notOwned))
+	}
+	var failed map[runner.TP]error
+	if len(send) > 0 {
+		failed = s.commit(ctx, send)
+	}
+	if len(failed) > 0 || len(notOwned) > 0 {
+		return &CommitError{Failed: failed, NotOwned: notOwned}
+	}
+	return nil
+}
+
+// commit sends one OffsetCommit and returns the partitions that were not
+// acknowledged.
+func (s *Source) commit(ctx context.Context, send map[string]map[int32]kgo.EpochOffset) map[runner.TP]error {
+	failed := make(map[runner.TP]error)
+	failAll := func(err error) {
+		for t, ps := range send {
+			for p := range ps {
+				failed[runner.TP{Topic: t, Partition: p}] = err
+			}
+		}
+	}
+	s.cl.CommitOffsetsSync(ctx, send, func(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			failAll(err)
+			return
+		}
+		// From OffsetCommit v10 the response names topics by id only.
+		names := make(map[[16]byte]string, len(req.Topics))
+		for _, t := range req.Topics {
+			names[t.TopicID] = t.Topic
+		}
+		acked := make(map[runner.TP]bool)
+		for _, t := range resp.Topics {
+			topic := t.Topic
+			if topic == "" {
+				topic = names[t.TopicID]
+			}
+			for _, p := range t.Partitions {
+				tp := runner.TP{Topic: topic, Partition: p.Partition}
+				if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil {
+					failed[tp] = perr
+					continue
+				}
+				acked[tp] = true
+			}
+		}
+		for t, ps := range send {
+			for p := range ps {
+				tp := runner.TP{Topic: t, Partition: p}
+				if _, bad := failed[tp]; !bad && !acked[tp] {
+					failed[tp] = errNoAnswer
+				}
+			}
+		}
+	})
+	return failed
+}
+
+// WriteDeadLetter produces rec's key, value and headers to topic and returns
+// once the broker acknowledged the write (acks=all, idempotent: franz-go's
+// producer defaults, so on a secured cluster the principal needs write and
+// idempotent-write permission) or with the produce error; ctx bounds the
+// wait. The topic must exist: a produce to a missing topic fails with
+// kerr.UnknownTopicOrPartition after the client's retries, unless the
+// broker creates topics on demand. It is safe to call concurrently.
+func (s *Source) WriteDeadLetter(ctx context.Context, topic string, rec runner.Record) error {
+	r := &kgo.Record{Topic: topic, Key: rec.Key, Value: rec.Value}
+	if len(rec.Headers) > 0 {
+		r.Headers = make([]kgo.RecordHeader, len(rec.Headers))
+		for i, h := range rec.Headers {
+			r.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+	}
+	if err := s.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		return fmt.Errorf("franz: dead-letter write of %s to %q: %w", rec.String(), topic, err)
+	}
+	return nil
+}
+
+// Close leaves the group and closes the client, waiting for franz-go to
+// finish (a dynamic member sends LeaveGroup so its partitions move at once;
+// a static member, see InstanceID, does not). The runner calls it after its
+// final commit; the revoke franz-go reports while leaving reaches a stopped
+// runner and returns at once. Close is safe to call more than once; later
+// calls return at once. Run returns after Close.
+func (s *Source) Close() error {
+	s.closeOnce.Do(func() {
+		s.closing.Store(true)
+		close(s.closed)
+		s.cl.Close()
+		s.log.Info("left the group and closed the client")
+	})
+	return nil
+}
+
+func tpsOf(m map[string][]int32) []runner.TP {
+	var tps []runner.TP
+	for t, ps := range m {
+		for _, p := range ps {
+			tps = append(tps, runner.TP{Topic: t, Partition: p})
+		}
+	}
+	sortTPs(tps)
+	return tps
+}
+
+func mapOf(tps []runner.TP) map[string][]int32 {
+	m := make(map[string][]int32)
+	for _, tp := range tps {
+		m[tp.Topic] = append(m[tp.Topic], tp.Partition)
+	}
+	return m
+}
+
+func sortTPs(tps []runner.TP) {
+	slices.SortFunc(tps, func(a, b runner.TP) int {
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+}
+
+func tpStrings(tps []runner.TP) []string {
+	out := make([]string, len(tps))
+	for i, tp := range tps {
+		out[i] = tp.String()
+	}
+	return out
+}
