@@ -1,0 +1,86 @@
+# tidemark — the two commands of the README:
+#
+#   make demo   start the test bed (Kafka + PostgreSQL) and run the demo job
+#   make test   vet, unit tests, then the integration tests on the test bed,
+#               which is stopped afterwards (also on failure). CI runs this.
+#
+# The other targets are the steps of those two. docs/testbed.md explains the
+# test bed.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+GO ?= go
+# The packages vet and unit look at; narrow them while iterating, e.g.
+# make unit PKGS=./pkg/watermark/...
+PKGS ?= ./...
+TESTBED := scripts/testbed
+# Where scripts/testbed writes the export lines (it honours TIDEMARK_TESTBED_DIR).
+BED_ENV = $${TIDEMARK_TESTBED_DIR:-.testbed}/env
+UNIT_TIMEOUT ?= 10m
+INTEGRATION_TIMEOUT ?= 12m
+
+# Integration tests: everything under ./integration, plus any other package
+# with a test file whose //go:build line names the integration tag.
+INTEGRATION_PKGS := ./integration/... $(sort $(patsubst %/,%,$(dir $(shell \
+	grep -rlE --include='*_test.go' --exclude-dir=.git --exclude-dir=.testbed \
+		'^//go:build.*\bintegration\b' . 2>/dev/null | grep -v '^\./integration/'))))
+
+.PHONY: help test vet unit integration demo testbed-up testbed-down testbed-status
+
+help:
+	@echo 'make demo            test bed up, then the demo job (examples/quickstart)'
+	@echo 'make test            vet + unit tests + integration tests on the test bed (what CI runs)'
+	@echo 'make vet             go vet, with and without the integration tag'
+	@echo 'make unit            go test -race ./... (no servers)'
+	@echo 'make integration     integration tests against a running bed (.testbed/env or TIDEMARK_* variables)'
+	@echo 'make testbed-up      scripts/testbed up'
+	@echo 'make testbed-down    scripts/testbed down'
+	@echo 'make testbed-status  scripts/testbed status'
+
+# The bed is stopped afterwards whatever happened to the tests, and the exit
+# status is that of the first failing step. A bed that was already up and
+# answering before (make testbed-up, or another shell using this checkout)
+# is left running: stopping it would pull it from under its owner.
+test: vet unit
+	@status=0; was_up=; \
+	if $(TESTBED) status >/dev/null 2>&1; then was_up=1; fi; \
+	{ $(TESTBED) up && . "$(BED_ENV)" && $(MAKE) --no-print-directory integration; } || status=$$?; \
+	if [ -n "$$was_up" ]; then \
+		echo "make test: the test bed was already running before; left running (scripts/testbed down stops it)"; \
+	else \
+		$(TESTBED) down || true; \
+	fi; \
+	if [ "$$status" -ne 0 ]; then echo "make test: FAILED (exit $$status)" >&2; fi; \
+	exit $$status
+
+vet:
+	$(GO) vet $(PKGS)
+	$(GO) vet -tags integration $(INTEGRATION_PKGS)
+
+unit:
+	$(GO) test -race -timeout $(UNIT_TIMEOUT) $(PKGS)
+
+# Uses TIDEMARK_* from the environment, else .testbed/env when it exists;
+# without either the tests fail and say how to start the bed. The memory
+# bound test runs once more without -race, whose bookkeeping inflates the
+# heap: that run checks the tight bound.
+integration:
+	@if [ -z "$${TIDEMARK_KAFKA_BROKERS:-}" ] && [ -f "$(BED_ENV)" ]; then . "$(BED_ENV)"; fi; \
+	set -x; \
+	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration $(INTEGRATION_PKGS); \
+	$(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '^TestBoundedMemory$$' ./integration/
+
+demo: testbed-up
+	@. "$(BED_ENV)" && $(GO) run ./examples/quickstart
+	@echo 'The test bed is still running: scripts/testbed status | down'
+
+testbed-up:
+	$(TESTBED) up
+
+testbed-down:
+	$(TESTBED) down
+
+testbed-status:
+	$(TESTBED) status
