@@ -129,14 +129,16 @@ func Concurrency(n int) Option { return func(c *config) { c.concurrency = n } }
 // buffered plus in-flight records never exceed high: the runner limits each
 // poll to the room left under high, and pauses a partition once its room is
 // below half the gap between the marks (so one full partition does not
-// shrink every poll); it resumes it when they fall to low. Defaults 2,000 and
-// 1,000.
+// shrink every poll); it resumes it when they fall to low. Defaults 10,000
+// and 5,000: a pause makes franz-go drop what it had already fetched for the
+// partition, so marks far below a fetch's worth of records cost throughput
+// (docs/performance.md has the measurements).
 func WaterMarks(high, low int) Option {
 	return func(c *config) { c.highRecords, c.lowRecords = high, low }
 }
 
 // ByteWaterMarks is WaterMarks in bytes of key, value and headers. Defaults
-// 8 MiB and 4 MiB.
+// 16 MiB and 8 MiB.
 func ByteWaterMarks(high, low int64) Option {
 	return func(c *config) { c.highBytes, c.lowBytes = high, low }
 }
@@ -195,10 +197,10 @@ func defaults() config {
 		handlers:       map[string]Handler{},
 		ordering:       KeyOrder,
 		concurrency:    64,
-		highRecords:    2000,
-		lowRecords:     1000,
-		highBytes:      8 << 20,
-		lowBytes:       4 << 20,
+		highRecords:    10000,
+		lowRecords:     5000,
+		highBytes:      16 << 20,
+		lowBytes:       8 << 20,
 		maxBytes:       256 << 20,
 		commitInterval: time.Second,
 		commitTimeout:  10 * time.Second,

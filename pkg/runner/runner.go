@@ -28,8 +28,8 @@ type Runner struct {
 
 	// Channels between the poll goroutine and everyone else.
 	sinkCh    chan *sinkReq   // source → loop
-	work      chan *task      // loop → workers
-	done      chan *task      // workers → loop
+	workq     workQueue       // loop → workers
+	doneq     doneList        // workers → loop
 	commitReq chan *commitReq // loop → committer
 	commitRes chan *commitReq // committer → loop
 	stopCh    chan stopReq    // Shutdown → loop
@@ -46,7 +46,7 @@ type Runner struct {
 	table        *rebalance.Table
 	parts        map[TP]*partState
 	ready        queue
-	inflight     int
+	inflight     int // tasks queued for or running on workers
 	totalBytes   int64
 	totalCount   int
 	globalPaused bool
@@ -85,8 +85,7 @@ func New(src Source, opts ...Option) (*Runner, error) {
 		src:       src,
 		log:       cfg.logger.With("component", "tidemark.runner"),
 		sinkCh:    make(chan *sinkReq),
-		work:      make(chan *task, cfg.concurrency),
-		done:      make(chan *task, cfg.concurrency),
+		doneq:     doneList{signal: make(chan struct{}, 1)},
 		commitReq: make(chan *commitReq, 1),
 		commitRes: make(chan *commitReq, 1),
 		stopCh:    make(chan stopReq, 1),
@@ -96,6 +95,7 @@ func New(src Source, opts ...Option) (*Runner, error) {
 		table:     rebalance.NewTable(),
 		parts:     map[TP]*partState{},
 	}
+	r.workq.cond.L = &r.workq.mu
 	if cfg.policy.kind == policyDeadLetter {
 		r.dlw = cfg.policy.writer
 		if r.dlw == nil {
@@ -164,7 +164,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		ps.cancel()
 	}
 	hardCancel()
-	close(r.work)
+	r.workq.close()
 	wg.Wait()
 	close(r.commitReq)
 	<-commitDone
@@ -280,17 +280,8 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 		select {
 		case req := <-r.sinkCh:
 			r.onSink(req)
-		case t := <-r.done:
-			r.onDone(t)
-			// Take what else finished without going back through select.
-			for more := true; more; {
-				select {
-				case t := <-r.done:
-					r.onDone(t)
-				default:
-					more = false
-				}
-			}
+		case <-r.doneq.signal:
+			r.onFinished()
 		case c := <-r.commitRes:
 			r.onCommitted(c)
 		case <-ticker.C:
@@ -491,12 +482,15 @@ func (r *Runner) enqueue(ps *partState, t *task) {
 	r.ready.push(t)
 }
 
-// dispatch hands ready tasks to workers while there is a free one.
+// dispatch moves ready tasks to the workers' queue while fewer than
+// Concurrency tasks are queued or running.
 func (r *Runner) dispatch() {
+	var head, tail *task
+	n := 0
 	for r.inflight < r.cfg.concurrency {
 		t := r.ready.pop()
 		if t == nil {
-			return
+			break
 		}
 		if t.dropped {
 			r.freeTask(t)
@@ -505,7 +499,25 @@ func (r *Runner) dispatch() {
 		t.started = true
 		t.ps.inflight++
 		r.inflight++
-		r.work <- t // never blocks: capacity equals the concurrency
+		if head == nil {
+			head = t
+		} else {
+			tail.nextQ = t
+		}
+		tail = t
+		n++
+	}
+	if n > 0 {
+		r.workq.push(head, tail, n)
+	}
+}
+
+// onFinished takes back every task the workers finished since last time.
+func (r *Runner) onFinished() {
+	for t := r.doneq.take(); t != nil; {
+		next := t.nextQ
+		r.onDone(t)
+		t = next
 	}
 }
 
@@ -533,9 +545,11 @@ func (r *Runner) onDone(t *task) {
 			r.ready.push(next)
 		} else {
 			l.busy = false
-			if r.cfg.ordering == KeyOrder {
-				delete(ps.lanes, l.key)
-				r.freeLane(l)
+			// An idle key lane stays in the map: most keys come back, and
+			// making a lane costs the key's string. sweepLanes bounds the
+			// idle ones.
+			if r.cfg.ordering == KeyOrder && len(ps.lanes) > r.laneCap() {
+				r.sweepLanes(ps)
 			}
 		}
 	}
@@ -545,6 +559,21 @@ func (r *Runner) onDone(t *task) {
 	}
 	if ps.revoking && ps.inflight == 0 {
 		r.checkDrains()
+	}
+}
+
+// laneCap is how many key lanes a partition keeps before idle ones are
+// dropped: at most one lane per buffered record is ever busy, so idle lanes
+// beyond the high water mark are only a cache.
+func (r *Runner) laneCap() int { return 2 * r.cfg.highRecords }
+
+// sweepLanes drops a partition's idle key lanes.
+func (r *Runner) sweepLanes(ps *partState) {
+	for k, l := range ps.lanes {
+		if !l.busy {
+			delete(ps.lanes, k)
+			r.freeLane(l)
+		}
 	}
 }
 
@@ -562,6 +591,7 @@ func (r *Runner) applyPosition(ps *partState) {
 // dropped (they will be replayed by the next owner), in-flight ones go on.
 func (r *Runner) stopDispatch(ps *partState) {
 	ps.revoking = true
+	ps.draining.Store(true)
 	for _, l := range ps.lanes {
 		r.dropWaiting(ps, l)
 	}

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidemark/tidemark/pkg/rebalance"
@@ -31,7 +32,8 @@ type task struct {
 	// outstanding list of its partition, in delivery order: the head is the
 	// oldest unfinished record.
 	prev, next *task
-	// nextQ links the task in its lane's queue or in the ready queue.
+	// nextQ links the task in its lane's queue, the ready queue, the
+	// workers' queue or the finished list: it is in one at a time.
 	nextQ *task
 }
 
@@ -104,8 +106,9 @@ type partState struct {
 	paused    bool // paused by this partition's water marks
 	srcPaused bool // what the source was last told
 
-	revoking bool // dispatch stopped; waiting for the drain
-	closed   bool // revoked or lost: the assignment is over
+	revoking bool        // dispatch stopped; waiting for the drain
+	draining atomic.Bool // revoking, as workers see it: skip tasks not started
+	closed   bool        // revoked or lost: the assignment is over
 
 	pendingPos int64 // a fetch position to apply once nothing is outstanding
 	hwm        int64 // the last high watermark a fetch reported
