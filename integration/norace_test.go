@@ -1,0 +1,5 @@
+//go:build integration && !race
+
+package integration_test
+
+const raceDetector = false
