@@ -96,6 +96,7 @@ type config struct {
 	meterProvider  metric.MeterProvider
 	tracerProvider trace.TracerProvider
 	errs           []error
+	assignHook     AssignHook
 }
 
 // Option configures a Runner.
@@ -183,6 +184,11 @@ func MeterProvider(p metric.MeterProvider) Option { return func(c *config) { c.m
 // TracerProvider sets the OpenTelemetry tracer provider. Default the global
 // one as it is when New is called (install your SDK before New).
 func TracerProvider(p trace.TracerProvider) Option { return func(c *config) { c.tracerProvider = p } }
+
+// OnAssign sets a hook run for each assigned partition before its records
+// run (see AssignHook). pkg/inbox uses it to bump the partition's lease and to
+// skip records already applied. Default none.
+func OnAssign(h AssignHook) Option { return func(c *config) { c.assignHook = h } }
 
 // ConfigError is returned by New for an invalid option; Option names it.
 type ConfigError struct {

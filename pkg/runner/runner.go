@@ -326,8 +326,12 @@ func (r *Runner) onSink(req *sinkReq) {
 	}
 	switch req.kind {
 	case sinkAssigned:
-		for _, a := range req.assigns {
-			r.assign(a)
+		for i, a := range req.assigns {
+			var f Applied
+			if req.applied != nil {
+				f = req.applied[i]
+			}
+			r.assign(a, f)
 		}
 		req.reply <- sinkReply{}
 	case sinkFetched:
@@ -378,7 +382,7 @@ func (r *Runner) onSink(req *sinkReq) {
 	}
 }
 
-func (r *Runner) assign(a Assignment) {
+func (r *Runner) assign(a Assignment, applied Applied) {
 	if old := r.parts[a.TP]; old != nil {
 		// A source reporting an assignment it already gave us has lost
 		// track; treat the old assignment as lost (never commit for it).
@@ -387,7 +391,7 @@ func (r *Runner) assign(a Assignment) {
 	}
 	p := r.table.Assign(a.TP, a.Start)
 	ctx, cancel := context.WithCancel(r.handlerCtx)
-	ps := &partState{p: p, epoch: p.Epoch(), tp: a.TP, ctx: ctx, cancel: cancel, pendingPos: -1, hwm: -1}
+	ps := &partState{p: p, epoch: p.Epoch(), tp: a.TP, ctx: ctx, cancel: cancel, pendingPos: -1, hwm: -1, applied: applied}
 	switch r.cfg.ordering {
 	case KeyOrder:
 		ps.lanes = map[string]*lane{}
@@ -969,6 +973,7 @@ const (
 type sinkReq struct {
 	kind     sinkKind
 	assigns  []Assignment
+	applied  []Applied // parallel to assigns, or nil
 	tps      []TP
 	deadline time.Time
 	batches  []Batch
@@ -1003,8 +1008,41 @@ func (s sinkOf) call(ctx context.Context, req *sinkReq) (sinkReply, error) {
 }
 
 func (s sinkOf) Assigned(ctx context.Context, parts []Assignment) error {
-	_, err := s.call(ctx, &sinkReq{kind: sinkAssigned, assigns: parts})
+	var applied []Applied
+	if h := s.r.cfg.assignHook; h != nil {
+		applied = make([]Applied, len(parts))
+		for i, a := range parts {
+			f, err := s.r.runHook(ctx, h, a)
+			if err != nil {
+				return err
+			}
+			applied[i] = f
+		}
+	}
+	_, err := s.call(ctx, &sinkReq{kind: sinkAssigned, assigns: parts, applied: applied})
 	return err
+}
+
+// runHook calls the assign hook until it succeeds, retrying with backoff;
+// it gives up only when ctx is done or the runner stopped.
+func (r *Runner) runHook(ctx context.Context, h AssignHook, a Assignment) (Applied, error) {
+	for attempt := 1; ; attempt++ {
+		f, err := h(ctx, a)
+		if err == nil {
+			return f, nil
+		}
+		r.log.Error("assign hook failed; retrying, the partition's records wait", "partition", a.TP.String(), "attempt", attempt, "err", err)
+		tm := time.NewTimer(backoff(r.cfg.backoffInitial, r.cfg.backoffMax, attempt))
+		select {
+		case <-tm.C:
+		case <-ctx.Done():
+			tm.Stop()
+			return nil, ctx.Err()
+		case <-r.loopDone:
+			tm.Stop()
+			return nil, ErrStopped
+		}
+	}
 }
 
 func (s sinkOf) Lost(ctx context.Context, tps []TP) error {

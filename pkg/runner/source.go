@@ -103,3 +103,23 @@ var ErrStopped = errors.New("runner: stopped")
 type DeadLetterWriter interface {
 	WriteDeadLetter(ctx context.Context, topic string, rec Record) error
 }
+
+// ErrFenced is returned, wrapped, by a handler that found its partition's
+// lease taken by a newer owner (pkg/inbox does this). The record is neither
+// completed nor retried: the attempt changed nothing, and the record belongs
+// to the new owner, who will handle it. It is counted in
+// tidemark.records.fenced.
+var ErrFenced = errors.New("runner: fenced by a newer owner")
+
+// AssignHook runs when partitions are assigned, before any of their records
+// run, on the source's goroutine (so a revoke or fetch waits for it). It can
+// take a lease on the partition and return an Applied filter. An error is
+// retried with the runner's backoff until it succeeds or the runner stops:
+// records of a partition whose hook failed are never handled.
+type AssignHook func(ctx context.Context, a Assignment) (Applied, error)
+
+// Applied reports whether the record at offset already had its effect
+// applied (for example, it has an inbox row); the runner then completes it
+// without calling the handler. It is called from worker goroutines and must
+// be safe for concurrent use. A nil Applied applies to nothing.
+type Applied func(offset int64) bool

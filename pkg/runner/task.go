@@ -94,8 +94,9 @@ type partState struct {
 	epoch rebalance.Epoch
 	tp    TP
 
-	ctx    context.Context // handlers' parent; cancelled on lost, drain timeout, close
-	cancel context.CancelFunc
+	ctx     context.Context // handlers' parent; cancelled on lost, drain timeout, close
+	cancel  context.CancelFunc
+	applied Applied // from the assign hook; read by workers
 
 	lanes map[string]*lane // KeyOrder
 	lane  *lane            // PartitionOrder

@@ -26,6 +26,7 @@ type telemetry struct {
 	skipped, stale, lost        metric.Int64Counter
 	revokes, pauses, outOfOrder metric.Int64Counter
 	commitFailures              metric.Int64Counter
+	replaySkipped, fenced       metric.Int64Counter
 	duration, commitLatency     metric.Float64Histogram
 	topicAttrs                  map[string]topicOpts
 	reg                         metric.Registration
@@ -66,6 +67,8 @@ func newTelemetry(mp metric.MeterProvider, r *Runner) (*telemetry, error) {
 	t.revokes = counter("tidemark.revokes", "Revokes drained.")
 	t.pauses = counter("tidemark.partitions.pauses", "Times a partition was paused by flow control.")
 	t.outOfOrder = counter("tidemark.records.out_of_order", "Records delivered again or out of order, dropped.")
+	t.replaySkipped = counter("tidemark.records.replay_skipped", "Records completed without running the handler because they were already applied.")
+	t.fenced = counter("tidemark.records.fenced", "Handler attempts fenced by a newer owner of the partition.")
 	t.commitFailures = counter("tidemark.commit.failures", "Commit requests that failed or had an unknown outcome.")
 	t.duration, err = m.Float64Histogram("tidemark.handler.duration", metric.WithUnit("s"), metric.WithDescription("Time from a record's first attempt to its success."))
 	if err != nil {

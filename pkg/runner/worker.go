@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
@@ -28,12 +29,18 @@ func (e *PanicError) Error() string {
 // worker runs tasks until the work queue is closed.
 func (r *Runner) worker() {
 	for t := r.workq.pop(); t != nil; t = r.workq.pop() {
-		if t.ps.draining.Load() || t.ps.ctx.Err() != nil {
+		switch {
+		case t.ps.draining.Load() || t.ps.ctx.Err() != nil:
 			// Its partition started draining, was lost or is closing
 			// since the task was queued: leave the record to the next
 			// owner rather than lengthen the drain.
 			t.res = resCancelled
-		} else {
+		case t.ps.applied != nil && t.ps.applied(t.rec.Offset):
+			// Applied before (a replay after a restart or a handoff):
+			// complete it without running the handler again.
+			t.res = resHandled
+			r.tel.replaySkipped.Add(context.Background(), 1)
+		default:
 			r.execute(t)
 		}
 		r.doneq.push(t)
@@ -142,6 +149,13 @@ func (r *Runner) execute(t *task) {
 		if ctx.Err() != nil {
 			// The partition was lost, or the runner is closing: the record
 			// stays incomplete and is replayed by whoever owns it next.
+			t.res = resCancelled
+			span.RecordError(err)
+			return
+		}
+		if errors.Is(err, ErrFenced) {
+			r.log.Warn("handler fenced by a newer owner; leaving the record to it", "record", rec.String(), "err", err)
+			r.tel.fenced.Add(ctx, 1)
 			t.res = resCancelled
 			span.RecordError(err)
 			return
