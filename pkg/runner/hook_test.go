@@ -49,8 +49,8 @@ func TestAssignHookSkipsApplied(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if fmt.Sprint(ran) != "[4 5 6 7 8 9]" && len(ran) != 6 {
-		t.Fatalf("handler ran for %v, want only offsets 4..9", ran)
+	if len(ran) != 6 {
+		t.Fatalf("handler ran for %v, want offsets 4..9 once each", ran)
 	}
 	for _, off := range ran {
 		if off < 4 {
