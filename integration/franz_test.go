@@ -426,6 +426,8 @@ func TestFranzTwoMembers(t *testing.T) {
 		{"cooperative", func(string) []franz.Option { return nil }},
 		{"eager", func(string) []franz.Option { return []franz.Option{franz.Eager()} }},
 		{"static", func(m string) []franz.Option { return []franz.Option{franz.InstanceID(m)} }},
+		// KIP-848: the broker assigns (Kafka 4.x's consumer group protocol).
+		{"kip848", func(string) []franz.Option { return []franz.Option{franz.ServerSideAssignment()} }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { franzTwoMembers(t, tc.opts) })
