@@ -1,6 +1,24 @@
-// Package shutdown coordinates a graceful stop under Kubernetes: on a
-// signal it turns readiness off, shuts the runner down within a budget and
-// closes the rest in order, and it serves liveness and readiness probes.
+// Package shutdown stops a tidemark service gracefully under Kubernetes and
+// serves probes that mean something.
 //
-// Not built yet: see the project's issue on pkg/shutdown.
+// A Coordinator waits for SIGTERM or SIGINT (the program installs the signal
+// channel; the library never does), turns readiness off, shuts the runner
+// down within a budget (drain, final commit, leave the group), then runs the
+// program's closers in order (HTTP servers, database pool, telemetry flush)
+// with what is left, and returns an error whose ExitCode says whether the
+// drain finished in time. A second signal stops at once.
+//
+// Probes serves /livez, /readyz and /statusz:
+//
+//   - liveness fails only when the runner's poll loop itself stops making
+//     progress — never because a handler or a downstream is slow, which would
+//     turn an overload into a restart storm;
+//   - readiness is true while the runner runs and is not draining;
+//   - /statusz is the runner's Stats as JSON, including the age of the
+//     oldest unfinished record per partition (alert on it for a stuck
+//     handler; the same value is the tidemark.record.oldest_age gauge).
+//
+// The budget defaults to 20s (TIDEMARK_SHUTDOWN_BUDGET overrides it, see
+// BudgetFromEnv): comfortably under Kubernetes' default 30s grace period,
+// which must also cover a preStop delay.
 package shutdown
