@@ -333,6 +333,8 @@ func (r *Runner) onSink(req *sinkReq) {
 			}
 			r.assign(a, f)
 		}
+		r.checkDrains() // an assignment can replace (lose) a partition a drain waits on
+		r.flushFlow()   // under the global cap, new partitions start paused
 		req.reply <- sinkReply{}
 	case sinkFetched:
 		for i := range req.batches {
@@ -347,6 +349,7 @@ func (r *Runner) onSink(req *sinkReq) {
 		for _, tp := range req.tps {
 			r.lose(tp)
 		}
+		r.checkDrains()
 		if r.committing != nil {
 			// A commit built before the loss may still be on its way to
 			// the source. Answer only after it was answered, so the
@@ -560,6 +563,8 @@ func (r *Runner) onDone(t *task) {
 	r.freeTask(t)
 	if !ps.closed {
 		r.checkFlow(ps)
+	} else {
+		r.checkGlobal()
 	}
 	if ps.revoking && ps.inflight == 0 {
 		r.checkDrains()
@@ -614,6 +619,7 @@ func (r *Runner) stopDispatch(ps *partState) {
 		ps.paused = false
 		r.flowDirty = append(r.flowDirty, ps)
 	}
+	r.checkGlobal()
 }
 
 func (r *Runner) dropWaiting(ps *partState, l *lane) {
@@ -644,8 +650,11 @@ func (r *Runner) lose(tp TP) {
 	delete(r.parts, tp)
 	r.tel.lost.Add(context.Background(), 1)
 	r.log.Warn("partition lost; nothing will be committed for it", "partition", tp.String(), "epoch", uint64(ps.epoch), "in_flight", ps.inflight)
-	// A drain waiting on it no longer needs to.
-	r.checkDrains()
+	// Its bytes left the total: the global cap may lift. Drains waiting on
+	// it are checked by the caller, once every partition of the report is
+	// gone: checking here could send a final commit for a partition lost in
+	// the same report.
+	r.checkGlobal()
 }
 
 func (r *Runner) beginStop(deadline time.Time, ctxDone <-chan struct{}) {
@@ -656,8 +665,10 @@ func (r *Runner) beginStop(deadline time.Time, ctxDone <-chan struct{}) {
 	r.log.Info("stopping: draining in-flight handlers", "partitions", len(r.parts), "in_flight", r.inflight, "deadline", deadline)
 	d := &drain{deadline: deadline, ctxDone: ctxDone, stop: true}
 	for tp, ps := range r.parts {
+		// A partition already draining for a revoke joins the stop drain
+		// too: the stop must not end before that revoke's handlers did.
+		d.tps = append(d.tps, tp)
 		if !ps.revoking {
-			d.tps = append(d.tps, tp)
 			r.stopDispatch(ps)
 		}
 	}
@@ -863,6 +874,13 @@ func (r *Runner) checkFlow(ps *partState) {
 			r.flowDirty = append(r.flowDirty, ps)
 		}
 	}
+	r.checkGlobal()
+}
+
+// checkGlobal applies the global byte cap: every partition pauses while the
+// total is at the cap and resumes once it fell to half. It runs whenever the
+// total falls, including when a lost or revoked partition's bytes leave it.
+func (r *Runner) checkGlobal() {
 	switch {
 	case !r.globalPaused && r.totalBytes >= r.cfg.maxBytes:
 		r.globalPaused = true

@@ -208,7 +208,17 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 	s.cl.AddConsumeTopics(s.topics...)
 	s.log.Info("joining the group", "topics", s.topics)
 
-	budget := s.cfg.maxPollRecords
+	// Ask the runner for its budget before the first poll too: a poll of
+	// MaxPollRecords could otherwise push a partition past a high water mark
+	// below it.
+	n, err := sink.Fetched(ctx, nil)
+	if err != nil {
+		if errors.Is(err, runner.ErrStopped) || ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("franz: asking the runner for a budget: %w", err)
+	}
+	budget := min(max(n, 1), s.cfg.maxPollRecords)
 	for {
 		fetches := s.cl.PollRecords(ctx, budget)
 		batches, stop, err := s.batches(ctx, fetches)

@@ -1,0 +1,159 @@
+package runner_test
+
+// Regression tests for bugs a review found; each failed before its fix.
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/runner/runnertest"
+)
+
+// TestLostReportCommitsNoneOfItsPartitions: a Lost report naming several
+// partitions commits none of them, even when losing the first one lets a
+// shutdown drain finish (it used to send a final commit that still
+// included the second one).
+func TestLostReportCommitsNoneOfItsPartitions(t *testing.T) {
+	src := runnertest.New()
+	fill(src, 2, 10, 10)
+	var done1 atomic.Int64
+	h := func(ctx context.Context, rec runner.Record) error {
+		if rec.Partition == 0 && rec.Offset == 0 {
+			<-ctx.Done() // A stays in flight until lost
+			return ctx.Err()
+		}
+		if rec.Partition == 1 {
+			done1.Add(1)
+		}
+		return nil
+	}
+	r, err := runner.New(src, runner.Handle(topic, h), runner.Order(runner.Unordered),
+		runner.Concurrency(4), runner.CommitInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started(t, r)
+	if err := src.Assign(context.Background(), tp(0), tp(1)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "partition 1 handled", func() bool { return done1.Load() == 10 })
+	time.Sleep(20 * time.Millisecond) // let the loop take the completions
+	// Shutdown: the stop drain waits for A's in-flight handler.
+	sdone := make(chan error, 1)
+	go func() { sdone <- r.Shutdown(context.Background()) }()
+	time.Sleep(50 * time.Millisecond)
+	// The session is lost for both partitions (sorted, as franz reports).
+	if err := src.Lose(context.Background(), tp(0), tp(1)); err != nil && !errors.Is(err, runner.ErrStopped) {
+		t.Fatal(err)
+	}
+	select {
+	case <-sdone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return")
+	}
+	if v := src.Violation(); v != nil {
+		t.Fatalf("commit after Lost: %v", v)
+	}
+}
+
+// TestGlobalPauseLiftsAfterALoss: when the bytes that hit the global cap
+// belonged to a partition that is then lost, the cap lifts and the other
+// partitions resume (they used to stay paused forever).
+func TestGlobalPauseLiftsAfterALoss(t *testing.T) {
+	src := runnertest.New()
+	big := make([]byte, 100)
+	for i := range 20 {
+		src.Append(runner.Record{Topic: topic, Partition: 0, Offset: int64(i), Value: big})
+	}
+	var handled1 atomic.Int64
+	h := func(ctx context.Context, rec runner.Record) error {
+		if rec.Partition == 0 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		handled1.Add(1)
+		return nil
+	}
+	r, err := runner.New(src, runner.Handle(topic, h), runner.Order(runner.Unordered), runner.Concurrency(1),
+		runner.ByteWaterMarks(1000, 500), runner.MaxBufferedBytes(1000), runner.CommitInterval(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started(t, r)
+	if err := src.Assign(context.Background(), tp(0)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "partition 0 paused", func() bool { return src.Paused(tp(0)) })
+	if err := src.Assign(context.Background(), tp(1)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "partition 1 paused by the global cap", func() bool { return src.Paused(tp(1)) })
+	for i := range 5 {
+		src.Append(runner.Record{Topic: topic, Partition: 1, Offset: int64(i), Value: []byte("x")})
+	}
+	if err := src.Lose(context.Background(), tp(0)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for handled1.Load() < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("partition 1 still paused=%v after partition 0 was lost; stats %+v", src.Paused(tp(1)), r.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestShutdownWaitsForARevokeDrain: a shutdown that starts while a revoke
+// drains waits for that revoke's handlers too, within its budget (it used
+// to end at once and cancel them).
+func TestShutdownWaitsForARevokeDrain(t *testing.T) {
+	src := runnertest.New()
+	fill(src, 2, 1, 1)
+	release := make(chan struct{})
+	inHandler := make(chan struct{}, 1)
+	var cancelled atomic.Bool
+	h := func(ctx context.Context, rec runner.Record) error {
+		if rec.Partition == 0 {
+			inHandler <- struct{}{}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				cancelled.Store(true)
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	r, err := runner.New(src, runner.Handle(topic, h), runner.Order(runner.Unordered),
+		runner.Concurrency(4), runner.DrainBudget(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started(t, r)
+	if err := src.Assign(context.Background(), tp(0), tp(1)); err != nil {
+		t.Fatal(err)
+	}
+	<-inHandler
+	rdone := make(chan error, 1)
+	go func() { rdone <- src.Revoke(context.Background(), tp(0)) }()
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sdone := make(chan error, 1)
+	go func() { sdone <- r.Shutdown(ctx) }()
+	time.Sleep(300 * time.Millisecond) // both budgets are ~10s
+	close(release)
+	serr := <-sdone
+	rerr := <-rdone
+	if cancelled.Load() {
+		t.Fatalf("revoke drain cut short by Shutdown: handler cancelled; Shutdown=%v Revoke=%v", serr, rerr)
+	}
+	if off, _ := src.Committed(tp(0)); off != 1 {
+		t.Fatalf("partition 0 committed %d, want 1 after its drain; Shutdown=%v Revoke=%v", off, serr, rerr)
+	}
+}
