@@ -67,6 +67,7 @@ type config struct {
 	cpuProfile  string
 	noopConc    int
 	high        int
+	partBytes   int
 }
 
 func main() {
@@ -84,6 +85,7 @@ func main() {
 	flag.StringVar(&c.jsonOut, "json", "", "write the results as JSON to this file")
 	flag.IntVar(&c.noopConc, "noop-concurrency", 64, "tidemark's concurrency for the noop workload")
 	flag.IntVar(&c.high, "high", 10000, "tidemark's per-partition high water mark in records (low is half)")
+	flag.IntVar(&c.partBytes, "fetch-partition-bytes", 0, "franz-go FetchMaxPartitionBytes for tidemark's client (0: franz-go's default, 1 MiB)")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the tidemark runs to this file")
 	flag.Parse()
 	if c.brokers == "" {
@@ -246,7 +248,11 @@ var profile string
 // handled, and returns the time from the first handled record.
 func tidemark(c config, topic string, n int, conc int, h func()) (time.Duration, error) {
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	src, err := franz.New(brokers(c), fmt.Sprintf("tidemark-%d", time.Now().UnixNano()), []string{topic}, franz.Logger(quiet))
+	fopts := []franz.Option{franz.Logger(quiet)}
+	if c.partBytes > 0 {
+		fopts = append(fopts, franz.ClientOptions(kgo.FetchMaxPartitionBytes(int32(c.partBytes))))
+	}
+	src, err := franz.New(brokers(c), fmt.Sprintf("tidemark-%d", time.Now().UnixNano()), []string{topic}, fopts...)
 	if err != nil {
 		return 0, err
 	}
