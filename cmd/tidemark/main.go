@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/tidemark/tidemark/cmd/tidemark/internal/inboxcmd"
 	"github.com/tidemark/tidemark/cmd/tidemark/internal/lab"
 )
 
@@ -15,9 +16,10 @@ func main() {
 const usage = `usage: tidemark <command> [arguments]
 
 commands:
-  lab offsets   replay a watermark trace: which offset is safe to commit
+  lab offsets     replay a watermark trace: which offset is safe to commit
+  inbox migrate   create or upgrade the inbox's PostgreSQL tables
 
-Run "tidemark lab offsets -h" for its flags.
+Run "tidemark lab offsets -h" or "tidemark inbox migrate -h" for their flags.
 `
 
 // run dispatches to a command and returns the exit status.
@@ -25,6 +27,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch {
 	case len(args) >= 2 && args[0] == "lab" && args[1] == "offsets":
 		return lab.Offsets(args[2:], stdin, stdout, stderr)
+	case len(args) >= 2 && args[0] == "inbox" && args[1] == "migrate":
+		return inboxcmd.Migrate(args[2:], stdout, stderr)
 	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
 		fmt.Fprint(stdout, usage)
 		return lab.ExitOK

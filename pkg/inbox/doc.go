@@ -1,7 +1,36 @@
 // Package inbox gives exactly-once business effects on top of tidemark's
-// at-least-once delivery: each record's effect is written in the same
-// PostgreSQL transaction as an inbox row keyed by (group, topic, partition,
-// offset), so a replay finds the row and does nothing.
+// at-least-once delivery, in PostgreSQL: each record's effect commits in the
+// same transaction as an inbox row keyed by (group, topic, partition,
+// offset), so a replay of the record finds the row and does nothing; and
+// each partition has a lease whose epoch every assignment bumps, so a
+// worker of an old assignment cannot commit an effect once the partition
+// has moved on.
 //
-// Not built yet: see the project's issue on pkg/inbox.
+//	store, err := inbox.New(pool, "orders-svc")
+//	if err != nil { ... }
+//	if err := store.Migrate(ctx); err != nil { ... } // or `tidemark inbox migrate --dsn …`
+//	r, err := runner.New(src,
+//		runner.Handle("orders", store.Handler(func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
+//			_, err := tx.Exec(ctx, "INSERT INTO orders ...", ...)
+//			return err
+//		})),
+//		runner.OnAssign(store.AssignHook()),
+//	)
+//	go store.RunRetention(ctx, time.Minute, committedOffsets) // one goroutine, any replica
+//
+// What a user must know:
+//
+//   - Both halves are needed: Handler without runner.OnAssign(store.AssignHook())
+//     fails every record with ErrNoLease. Give each member its own Store.
+//   - Only what the Effect writes through its pgx.Tx is exactly once. An
+//     HTTP call, an email or a Kafka produce made inside it is not rolled
+//     back and happens again on a replay.
+//   - A replay is detected by the record's own offset (and by DedupKey, when
+//     set, across offsets), so the inbox needs the Kafka offsets to stay
+//     meaningful: after deleting and recreating a topic, start a new group.
+//   - Rows are deleted only by Prune or RunRetention, which need the group's
+//     committed offsets (CommittedFunc); without them the inbox grows by one
+//     row per record.
+//
+// docs/inbox.md explains the model, the schema and why the fencing holds.
 package inbox

@@ -1,0 +1,368 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+)
+
+// batcher is the Batch mode of a Handler: group commit per partition. The
+// handler call that finds its partition idle leads: it waits up to
+// BatchWait for the batch to fill, takes its own record and up to Batch-1
+// waiting ones, runs them in one transaction, hands each waiter its result,
+// and passes the lead to the first record that arrived meanwhile (or marks
+// the partition idle). No goroutine is started, and a partition has at most
+// one transaction of the batcher open at a time.
+type batcher struct {
+	s  *Store
+	fn Effect
+
+	mu    sync.Mutex
+	parts map[runner.TP]*pending
+}
+
+// pending is one partition's queue.
+type pending struct {
+	queue   []*item       // waiting, oldest first
+	running bool          // a leader is running a batch
+	full    chan struct{} // closed when the queue fills a batch, while a leader waits (BatchWait)
+}
+
+type itemState uint8
+
+const (
+	itemQueued    itemState = iota // in pending.queue
+	itemTaken                      // in a running batch
+	itemLeading                    // told to lead the next batch
+	itemWithdrawn                  // its caller gave up while queued
+)
+
+// item is one handler call waiting in a batch.
+type item struct {
+	ctx   context.Context
+	rec   runner.Record
+	key   *string
+	state itemState  // guarded by batcher.mu
+	res   chan error // capacity 1: its result, or errLead
+
+	// Set by the leader while it runs the batch.
+	err     error
+	applied bool
+	replay  bool
+}
+
+// errLead tells a waiting item to lead the next batch.
+var errLead = errors.New("inbox: lead the next batch")
+
+func newBatcher(s *Store, fn Effect) *batcher {
+	return &batcher{s: s, fn: fn, parts: map[runner.TP]*pending{}}
+}
+
+func (b *batcher) handle(ctx context.Context, rec runner.Record) error {
+	tp := rec.TP()
+	if _, ok := b.s.Epoch(tp); !ok {
+		return fmt.Errorf("%w (record %s)", ErrNoLease, rec.String())
+	}
+	it := &item{ctx: ctx, rec: rec, key: b.s.dedupKey(&rec), res: make(chan error, 1)}
+	b.mu.Lock()
+	p := b.parts[tp]
+	if p == nil {
+		p = &pending{}
+		b.parts[tp] = p
+	}
+	if !p.running {
+		p.running = true
+		it.state = itemLeading
+		b.mu.Unlock()
+		return b.lead(it, p)
+	}
+	it.state = itemQueued
+	p.queue = append(p.queue, it)
+	if p.full != nil && len(p.queue) >= b.s.cfg.batch-1 {
+		close(p.full)
+		p.full = nil
+	}
+	b.mu.Unlock()
+
+	select {
+	case err := <-it.res:
+		if err == errLead {
+			return b.lead(it, p)
+		}
+		return err
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	switch it.state {
+	case itemQueued:
+		if i := slices.Index(p.queue, it); i >= 0 {
+			p.queue = slices.Delete(p.queue, i, i+1)
+		}
+		it.state = itemWithdrawn
+		b.mu.Unlock()
+	case itemLeading:
+		// The lead came with (or just before) the end of ctx: pass it on,
+		// or the partition's waiting records would wait forever.
+		<-it.res
+		b.handOffLocked(p)
+		b.mu.Unlock()
+	default:
+		// In a running batch: the leader skips it if it has not started,
+		// and if its effect commits, its replay finds the inbox row.
+		b.mu.Unlock()
+	}
+	return ctx.Err()
+}
+
+// handOffLocked gives the lead to the oldest waiting record, or marks the
+// partition idle. b.mu must be held.
+func (b *batcher) handOffLocked(p *pending) {
+	if len(p.queue) == 0 {
+		p.running = false
+		return
+	}
+	next := p.queue[0]
+	p.queue[0] = nil
+	p.queue = p.queue[1:]
+	next.state = itemLeading
+	next.res <- errLead // capacity 1 and nothing else sent to it yet
+}
+
+// lead runs one batch with it first, answers the other records, hands the
+// lead on and returns its own result.
+func (b *batcher) lead(it *item, p *pending) error {
+	b.mu.Lock()
+	if w := b.s.cfg.batchWait; w > 0 && len(p.queue) < b.s.cfg.batch-1 {
+		// Gather: the records released by the previous batch come back a
+		// moment later, and a batch started at once would hold only the
+		// first of them.
+		full := make(chan struct{})
+		p.full = full
+		b.mu.Unlock()
+		t := time.NewTimer(w)
+		select {
+		case <-full:
+		case <-t.C:
+		case <-it.ctx.Done():
+		}
+		t.Stop()
+		b.mu.Lock()
+		if p.full == full {
+			p.full = nil
+		}
+	}
+	it.state = itemTaken
+	batch := []*item{it}
+	n := min(len(p.queue), b.s.cfg.batch-1)
+	for _, q := range p.queue[:n] {
+		q.state = itemTaken
+		batch = append(batch, q)
+	}
+	p.queue = slices.Delete(p.queue, 0, n)
+	b.mu.Unlock()
+
+	b.run(batch)
+
+	for _, q := range batch[1:] {
+		q.res <- q.err
+	}
+	b.mu.Lock()
+	b.handOffLocked(p)
+	b.mu.Unlock()
+	return it.err
+}
+
+// run applies a batch and sets each item's err.
+func (b *batcher) run(batch []*item) {
+	ctx, cancel := batchContext(batch)
+	defer cancel()
+	s := b.s
+	tp := batch[0].rec.TP()
+	epoch, _ := s.Epoch(tp)
+	err := s.retry(ctx, func() error {
+		for _, it := range batch {
+			it.err, it.applied, it.replay = nil, false, false
+		}
+		return b.runOnce(ctx, batch, epoch)
+	})
+	if err == nil {
+		var applied, replays int64
+		for _, it := range batch {
+			if it.applied {
+				applied++
+			}
+			if it.replay {
+				replays++
+			}
+		}
+		s.countApplied(ctx, applied)
+		s.countReplays(ctx, replays)
+		s.countBatch(ctx, len(batch))
+		return
+	}
+	var fe *FencedError
+	if errors.As(err, &fe) {
+		s.countFenced(ctx)
+	}
+	for _, it := range batch {
+		if it.err == nil || it.applied || it.replay {
+			// The transaction failed as a whole: nothing of it committed.
+			it.err = err
+		}
+	}
+}
+
+// batchContext returns a context for the batch's transaction that ends only
+// when every record of the batch has given up (or the batch is done): one
+// record's timeout must not abort the others' effects.
+func batchContext(batch []*item) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
+	left := atomic.Int32{}
+	left.Store(int32(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, it := range batch {
+		stops[i] = context.AfterFunc(it.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// runOnce runs the batch's transaction once. It returns an error for the
+// batch as a whole (nothing committed); a record whose effect failed has
+// its own err and is rolled back to its savepoint, the others go on.
+//
+// The statements are chosen for the cost that matters once commits are
+// shared: statements and round trips per record. One statement claims every
+// record's inbox row (in the round trip of BEGIN); then each claimed record
+// gets a SAVEPOINT, sent with its effect's first statement (savepointTx),
+// and its effect. Savepoints are nested rather than released, which saves a
+// RELEASE per record; each record's has a name of its own (Batch's limit of
+// 64 bounds the nesting). A failed record is rolled back to its savepoint
+// and its inbox row, claimed before the savepoint, deleted.
+func (b *batcher) runOnce(ctx context.Context, batch []*item, epoch int64) error {
+	s := b.s
+	live := make([]*item, 0, len(batch))
+	offs := make([]int64, 0, len(batch))
+	keys := make([]*string, 0, len(batch))
+	for _, it := range batch {
+		if err := it.ctx.Err(); err != nil {
+			it.err = err
+			continue
+		}
+		live = append(live, it)
+		offs = append(offs, it.rec.Offset)
+		keys = append(keys, it.key)
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	tp := live[0].rec.TP()
+	what := tp.String()
+
+	pb := &pgx.Batch{}
+	pb.BeginTx(s.cfg.txOptions)
+	pb.Queue(s.sql.claimBatch, s.group, tp.Topic, tp.Partition, offs, keys, epoch)
+	br := s.pool.SendBatch(ctx, pb)
+	tx := br.Tx()
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	var (
+		current *int64
+		claimed []int64
+	)
+	_, err := br.Exec() // BEGIN
+	if err == nil {
+		err = br.QueryRow().Scan(&current, &claimed)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if retryable(err) {
+			return err
+		}
+		return connError("claiming the batch of "+what, err)
+	}
+	if current == nil || *current != epoch {
+		return &FencedError{Record: what, Epoch: epoch, Current: deref(current)}
+	}
+	isClaimed := make(map[int64]bool, len(claimed))
+	for _, off := range claimed {
+		isClaimed[off] = true
+	}
+	sp := 0
+	for _, it := range live {
+		if !isClaimed[it.rec.Offset] {
+			it.replay = true
+			continue
+		}
+		// One row, one effect: should an offset ever be in a batch twice,
+		// the second is a replay.
+		delete(isClaimed, it.rec.Offset)
+		// A record claimed in this transaction runs even if its caller
+		// has given up meanwhile: the effect commits with its row, and
+		// the caller's replay finds the row.
+		etx := newSavepointTx(ctx, tx, sp)
+		sp++
+		ferr := b.call(ctx, etx, it)
+		if ferr == nil {
+			it.applied = true
+			continue
+		}
+		if retryable(ferr) {
+			// Under REPEATABLE READ or SERIALIZABLE the transaction's
+			// snapshot is spent: only a new transaction can succeed, so
+			// the whole batch runs again.
+			return ferr
+		}
+		ub := &pgx.Batch{}
+		switch etx.state {
+		case spFailed:
+			return connError("savepoint for "+it.rec.String(), ferr)
+		case spEstablished:
+			ub.Queue("ROLLBACK TO SAVEPOINT " + etx.name)
+		}
+		ub.Queue(s.sql.unclaim, s.group, tp.Topic, tp.Partition, it.rec.Offset)
+		if err := tx.SendBatch(ctx, ub).Close(); err != nil {
+			if retryable(err) {
+				return err
+			}
+			return connError("rolling back "+it.rec.String(), err)
+		}
+		it.err = fmt.Errorf("inbox: effect of %s: %w", it.rec.String(), ferr)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return s.commitError(ctx, what, epoch, err)
+	}
+	return nil
+}
+
+// call runs fn for one record of a batch. A panic is recovered here, unlike
+// in the one-record handler: fn runs on the leader's goroutine, so the
+// runner would blame the leader's record for it, and the other records of
+// the batch would never get an answer. It becomes this record's error and
+// goes to the runner's failure policy like any other.
+func (b *batcher) call(ctx context.Context, tx pgx.Tx, it *item) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("inbox: effect of %s panicked: %v\n%s", it.rec.String(), v, debug.Stack())
+		}
+	}()
+	return b.fn(ctx, tx, it.rec)
+}

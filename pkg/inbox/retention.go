@@ -1,0 +1,149 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+)
+
+// CommittedFunc returns the consumer group's committed offsets (the next
+// offset to consume) for tps. A partition missing from the map, or with a
+// negative offset, is not pruned. It is how retention learns the Kafka side
+// without the inbox depending on a Kafka client; with franz-go it is a
+// kadm.Client.FetchOffsets call (docs/inbox.md has one).
+type CommittedFunc func(ctx context.Context, tps []runner.TP) (map[runner.TP]int64, error)
+
+// Prune deletes tp's inbox rows that no replay can need any more: offsets
+// below committed-RetainRecords, and, when RetainFor is set, only rows
+// older than it. Rows with a dedup key must also be older than DedupWindow.
+// committed is the group's committed offset for tp, as the broker
+// acknowledged it; pass nothing larger. Rows go in DELETEs of at most
+// PruneBatch rows, each its own short transaction, so Prune never holds many
+// locks and can be stopped between batches through ctx. It returns how many
+// rows it deleted, also when it fails part way.
+//
+// Prune is for code that runs retention itself; RunRetention is the loop
+// most services want.
+func (s *Store) Prune(ctx context.Context, tp runner.TP, committed int64) (int64, error) {
+	return s.prune(ctx, s.pool, tp, committed)
+}
+
+func (s *Store) prune(ctx context.Context, q querier, tp runner.TP, committed int64) (int64, error) {
+	bound := committed - s.cfg.retainRecords
+	if committed < 0 || bound <= 0 {
+		return 0, nil
+	}
+	var total int64
+	for {
+		tag, err := q.Exec(ctx, s.sql.prune, s.group, tp.Topic, tp.Partition, bound,
+			s.cfg.retainFor.Microseconds(), s.cfg.dedupWindow.Microseconds(), s.cfg.pruneBatch)
+		if err != nil {
+			s.countPruned(ctx, total)
+			return total, connError("pruning "+tp.String(), err)
+		}
+		n := tag.RowsAffected()
+		total += n
+		if n < int64(s.cfg.pruneBatch) {
+			s.countPruned(ctx, total)
+			return total, nil
+		}
+	}
+}
+
+// RunRetention prunes, every interval, each partition that has a lease in
+// the group, below the offsets committed returns (see Prune). It blocks
+// until ctx is done and then returns ctx.Err(). Start it on one goroutine
+// of your own, beside the runner; every replica may run it: a round runs
+// only where it gets the group's retention lock (a session advisory lock,
+// released when the round ends or its connection dies), so one replica
+// prunes at a time and the others skip that round. A failed round is logged
+// and the next one tries again.
+func (s *Store) RunRetention(ctx context.Context, interval time.Duration, committed CommittedFunc) error {
+	if interval <= 0 {
+		return &ConfigError{Option: "RunRetention", Reason: fmt.Sprintf("interval %v is not positive", interval)}
+	}
+	if committed == nil {
+		return &ConfigError{Option: "RunRetention", Reason: "nil CommittedFunc"}
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if n, ran, err := s.retentionRound(ctx, committed); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			s.log.Warn("inbox retention round failed; retrying at the next one", "err", err, "pruned", n)
+		} else if ran {
+			s.log.Debug("inbox retention round", "pruned", n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// retentionRound prunes every leased partition of the group if it gets the
+// group's retention lock; ran is false when another Store held it.
+func (s *Store) retentionRound(ctx context.Context, committed CommittedFunc) (pruned int64, ran bool, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, false, connError("retention", err)
+	}
+	defer conn.Release()
+	key := lockKey("tidemark.inbox.retention", s.n.schema, s.group)
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
+		return 0, false, connError("retention lock", err)
+	}
+	if !got {
+		return 0, false, nil
+	}
+	defer func() {
+		// A session lock outlives the round if not released; if the
+		// unlock fails the connection is suspect, so close it (which
+		// releases the lock) rather than return it to the pool.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+			_ = conn.Hijack().Close(uctx)
+		}
+	}()
+
+	rows, err := conn.Query(ctx, s.sql.partitions, s.group)
+	if err != nil {
+		return 0, true, connError("retention: listing partitions", err)
+	}
+	var tps []runner.TP
+	var tp runner.TP
+	if _, err := pgx.ForEachRow(rows, []any{&tp.Topic, &tp.Partition}, func() error {
+		tps = append(tps, tp)
+		return nil
+	}); err != nil {
+		return 0, true, connError("retention: listing partitions", err)
+	}
+	if len(tps) == 0 {
+		return 0, true, nil
+	}
+	offsets, err := committed(ctx, tps)
+	if err != nil {
+		return 0, true, fmt.Errorf("inbox: retention: committed offsets: %w", err)
+	}
+	for _, tp := range tps {
+		off, ok := offsets[tp]
+		if !ok || off < 0 {
+			continue
+		}
+		n, err := s.prune(ctx, conn, tp, off)
+		pruned += n
+		if err != nil {
+			return pruned, true, err
+		}
+	}
+	return pruned, true, nil
+}

@@ -1,0 +1,266 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The inbox's tables and objects, unqualified.
+const (
+	inboxTable      = "tidemark_inbox"
+	leaseTable      = "tidemark_lease"
+	migrationsTable = "tidemark_inbox_migrations"
+	fenceFunc       = "tidemark_inbox_fence"
+)
+
+// fencedCode is the SQLSTATE the fence trigger raises when an inbox row is
+// committed under a lease epoch that is no longer the partition's.
+const fencedCode = "TM001"
+
+// names are the SQL names of the inbox's objects, schema-qualified when a
+// Schema was given.
+type names struct {
+	schema     string // "" means the search_path
+	inbox      string
+	lease      string
+	migrations string
+	fence      string
+}
+
+func newNames(schema string) names {
+	q := func(name string) string {
+		if schema == "" {
+			return pgx.Identifier{name}.Sanitize()
+		}
+		return pgx.Identifier{schema, name}.Sanitize()
+	}
+	return names{schema: schema, inbox: q(inboxTable), lease: q(leaseTable), migrations: q(migrationsTable), fence: q(fenceFunc)}
+}
+
+// migration is one version of the schema. Migrations are only ever added,
+// and each must leave the previous version's statements working, so an
+// older build keeps running against a newer schema during a rolling
+// deploy.
+type migration struct {
+	version     int
+	description string
+	sql         func(n names) string
+}
+
+var migrations = []migration{{
+	version:     1,
+	description: "inbox rows, partition leases, the commit-time fence",
+	sql: func(n names) string {
+		return `
+CREATE TABLE ` + n.lease + ` (
+	group_id    text        NOT NULL,
+	topic       text        NOT NULL,
+	partition   integer     NOT NULL,
+	epoch       bigint      NOT NULL,
+	owner       text        NOT NULL,
+	acquired_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (group_id, topic, partition)
+);
+COMMENT ON TABLE ` + n.lease + ` IS 'tidemark: the owner of each partition for the inbox; every assignment bumps epoch';
+
+CREATE TABLE ` + n.inbox + ` (
+	group_id   text        NOT NULL,
+	topic      text        NOT NULL,
+	partition  integer     NOT NULL,
+	"offset"   bigint      NOT NULL,
+	epoch      bigint      NOT NULL,
+	dedup_key  text,
+	applied_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (group_id, topic, partition, "offset")
+);
+COMMENT ON TABLE ` + n.inbox + ` IS 'tidemark: one row per record whose effect committed, written in the effect''s transaction';
+CREATE UNIQUE INDEX ` + pgx.Identifier{inboxTable + "_dedup"}.Sanitize() + ` ON ` + n.inbox + ` (group_id, dedup_key) WHERE dedup_key IS NOT NULL;
+
+-- The fence: at COMMIT, every inbox row the transaction wrote checks that
+-- its partition's lease is still at the epoch the row was written under,
+-- and holds the lease row FOR SHARE until the commit is done. A lease bump
+-- (an UPDATE of the row) therefore waits for a committing old owner, and
+-- an old owner that commits after a bump fails here and rolls back.
+CREATE FUNCTION ` + n.fence + `() RETURNS trigger LANGUAGE plpgsql AS $fence$
+DECLARE
+	current bigint;
+BEGIN
+	SELECT l.epoch INTO current FROM ` + n.lease + ` l
+	 WHERE l.group_id = NEW.group_id AND l.topic = NEW.topic AND l.partition = NEW.partition
+	   FOR SHARE;
+	IF current IS DISTINCT FROM NEW.epoch THEN
+		RAISE EXCEPTION USING ERRCODE = '` + fencedCode + `',
+			MESSAGE = format('tidemark inbox: fenced: %s/%s@%s was applied under lease epoch %s, the partition''s lease is at epoch %s',
+				NEW.topic, NEW.partition, NEW."offset", NEW.epoch, coalesce(current::text, 'none'));
+	END IF;
+	RETURN NULL;
+END
+$fence$;
+CREATE CONSTRAINT TRIGGER ` + pgx.Identifier{inboxTable + "_fence"}.Sanitize() + `
+	AFTER INSERT ON ` + n.inbox + `
+	DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW EXECUTE FUNCTION ` + n.fence + `();
+`
+	},
+}}
+
+// SchemaVersion is the schema version this build writes and needs: the
+// version of its last migration.
+const SchemaVersion = 1
+
+// ErrNotMigrated is returned, wrapped, by Check and by the assign hook when
+// the inbox's tables are missing or older than this build needs.
+var ErrNotMigrated = errors.New("inbox: schema not migrated")
+
+// Migrate creates or upgrades the inbox's tables to SchemaVersion. Only
+// the Schema and Logger options matter here. It is idempotent and safe to
+// run from many replicas at once: the migrations run in one transaction
+// under a transaction-scoped advisory lock, so one replica applies them and
+// the others then find them applied. It returns nil when nothing was left
+// to do. ctx bounds the whole migration, including the wait for the lock.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
+	if pool == nil {
+		return &ConfigError{Option: "pool", Reason: "nil pool"}
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	_, err := migrate(ctx, pool, newNames(cfg.schema), cfg)
+	return err
+}
+
+// Version returns the inbox schema version of the database pool reaches (in
+// the Schema option's schema, else the search_path's): 0 when it was never
+// migrated. Only the Schema option matters here.
+func Version(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (int, error) {
+	if pool == nil {
+		return 0, &ConfigError{Option: "pool", Reason: "nil pool"}
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return 0, err
+	}
+	v, err := version(ctx, pool, newNames(cfg.schema))
+	if err != nil {
+		return 0, connError("version", err)
+	}
+	return v, nil
+}
+
+// migrate applies the missing migrations and returns the versions it
+// applied.
+func migrate(ctx context.Context, pool *pgxpool.Pool, n names, cfg config) ([]int, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return nil, connError("migrate", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+
+	schema := n.schema
+	if schema == "" {
+		var cur *string
+		if err := tx.QueryRow(ctx, "SELECT current_schema()").Scan(&cur); err != nil {
+			return nil, fmt.Errorf("inbox: migrate: %w", err)
+		}
+		if cur == nil {
+			return nil, errors.New("inbox: migrate: no schema of the search_path exists; create one or pass Schema")
+		}
+		schema = *cur
+	}
+	// The lock is per schema: replicas of one service serialize, services
+	// in other schemas of the same database do not wait for each other.
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey("tidemark.inbox.migrate", schema)); err != nil {
+		return nil, fmt.Errorf("inbox: migrate: taking the migration lock: %w", err)
+	}
+	// Qualify every name from here on, so the fence function refers to the
+	// lease table of this schema whatever the search_path of the sessions
+	// that later fire it.
+	n = newNames(schema)
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+n.migrations+` (
+	version     integer     PRIMARY KEY,
+	description text        NOT NULL,
+	applied_at  timestamptz NOT NULL DEFAULT now()
+)`); err != nil {
+		return nil, fmt.Errorf("inbox: migrate: %w", err)
+	}
+	var current int
+	if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+n.migrations).Scan(&current); err != nil {
+		return nil, fmt.Errorf("inbox: migrate: %w", err)
+	}
+	var applied []int
+	for _, m := range migrations {
+		if m.version <= current {
+			continue
+		}
+		if _, err := tx.Exec(ctx, m.sql(n)); err != nil {
+			return nil, fmt.Errorf("inbox: migrate to version %d (%s) in schema %s: %w", m.version, m.description, schema, err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+n.migrations+" (version, description) VALUES ($1, $2)", m.version, m.description); err != nil {
+			return nil, fmt.Errorf("inbox: migrate: %w", err)
+		}
+		applied = append(applied, m.version)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("inbox: migrate: commit: %w", err)
+	}
+	if len(applied) > 0 {
+		cfg.logger.Info("inbox schema migrated", "component", "tidemark.inbox", "schema", schema, "from", current, "to", applied[len(applied)-1])
+	}
+	return applied, nil
+}
+
+// version returns the schema version recorded in the migrations table, 0
+// when the table does not exist.
+func version(ctx context.Context, q querier, n names) (int, error) {
+	var v int
+	err := q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+n.migrations).Scan(&v)
+	if isCode(err, "42P01") { // undefined_table
+		return 0, nil
+	}
+	return v, err
+}
+
+// querier is what pgxpool.Pool, pgxpool.Conn and pgx.Tx have in common.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// lockKey maps a name to an advisory lock key. Advisory locks share one key
+// space per database; the prefix keeps ours apart from other users'.
+func lockKey(parts ...string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(strings.Join(parts, "\x00")))
+	return int64(h.Sum64())
+}
+
+// isCode reports whether err is a PostgreSQL error with SQLSTATE code.
+func isCode(err error, code string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == code
+}
+
+// connError wraps an error of a call that could not reach the server, or
+// failed before any inbox statement ran, so the message says so.
+func connError(what string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("inbox: %s: %w", what, err)
+	}
+	return fmt.Errorf("inbox: %s: cannot use PostgreSQL: %w", what, err)
+}

@@ -1,0 +1,91 @@
+package inbox
+
+// statements are the SQL the Store runs, built once per Store from its
+// names. pgx prepares each on first use per connection and reuses it.
+type statements struct {
+	// claim inserts a record's inbox row if the lease is still at the
+	// member's epoch. Arguments: group, topic, partition, offset, epoch,
+	// dedup key (nullable). It returns the lease's epoch (NULL when the
+	// partition has no lease) and whether the row was inserted. One round
+	// trip tells the three outcomes apart: fenced (epoch differs), replay
+	// (not inserted), or claimed. The insert waits for a concurrent
+	// transaction holding the same row (an old owner still running the
+	// record) and then reports a replay if that one committed.
+	claim string
+	// claimBatch is claim for the records of one batch at once. Arguments:
+	// group, topic, partition, offsets, dedup keys (parallel, nullable),
+	// epoch. It returns the lease's epoch and the offsets it inserted.
+	claimBatch string
+	// unclaim deletes a record's inbox row when its effect failed inside a
+	// batch. Arguments: group, topic, partition, offset.
+	unclaim string
+	// bump takes the partition's lease: one statement, so the lease moves
+	// atomically. It waits for old owners' transactions that are
+	// committing (they hold the lease row FOR SHARE through the fence
+	// trigger), and every old-owner commit after it fails the fence.
+	// Arguments: group, topic, partition, owner.
+	bump string
+	// appliedFrom / appliedNewest list a partition's inbox offsets for
+	// replay skip. Arguments: group, topic, partition, [from,] limit.
+	appliedFrom   string
+	appliedNewest string
+	// partitions lists the partitions that have a lease in the group.
+	partitions string
+	// prune deletes up to a batch of a partition's rows below an offset.
+	// Arguments: group, topic, partition, bound, keep-younger-than
+	// (microseconds, 0 for none), dedup window (microseconds), limit.
+	prune string
+}
+
+func newStatements(n names) statements {
+	return statements{
+		claim: `WITH lease AS (
+	SELECT epoch FROM ` + n.lease + ` WHERE group_id = $1 AND topic = $2 AND partition = $3
+), claimed AS (
+	INSERT INTO ` + n.inbox + ` (group_id, topic, partition, "offset", epoch, dedup_key)
+	SELECT $1, $2, $3, $4::bigint, lease.epoch, $6::text FROM lease WHERE lease.epoch = $5::bigint
+	ON CONFLICT DO NOTHING
+	RETURNING 1
+)
+SELECT (SELECT epoch FROM lease), EXISTS (SELECT FROM claimed)`,
+
+		claimBatch: `WITH lease AS (
+	SELECT epoch FROM ` + n.lease + ` WHERE group_id = $1 AND topic = $2 AND partition = $3
+), claimed AS (
+	INSERT INTO ` + n.inbox + ` (group_id, topic, partition, "offset", epoch, dedup_key)
+	SELECT $1, $2, $3, r.off, lease.epoch, r.key
+	FROM lease, unnest($4::bigint[], $5::text[]) AS r(off, key)
+	WHERE lease.epoch = $6::bigint
+	ON CONFLICT DO NOTHING
+	RETURNING "offset"
+)
+SELECT (SELECT epoch FROM lease), ARRAY (SELECT "offset" FROM claimed)`,
+
+		unclaim: `DELETE FROM ` + n.inbox + ` WHERE group_id = $1 AND topic = $2 AND partition = $3 AND "offset" = $4`,
+
+		bump: `INSERT INTO ` + n.lease + ` AS l (group_id, topic, partition, epoch, owner, acquired_at)
+VALUES ($1, $2, $3, 1, $4, now())
+ON CONFLICT (group_id, topic, partition) DO UPDATE
+	SET epoch = l.epoch + 1, owner = EXCLUDED.owner, acquired_at = now()
+RETURNING epoch`,
+
+		appliedFrom: `SELECT "offset" FROM ` + n.inbox + `
+WHERE group_id = $1 AND topic = $2 AND partition = $3 AND "offset" >= $4
+ORDER BY "offset" LIMIT $5`,
+
+		appliedNewest: `SELECT "offset" FROM ` + n.inbox + `
+WHERE group_id = $1 AND topic = $2 AND partition = $3
+ORDER BY "offset" DESC LIMIT $4`,
+
+		partitions: `SELECT topic, partition FROM ` + n.lease + ` WHERE group_id = $1 ORDER BY topic, partition`,
+
+		prune: `DELETE FROM ` + n.inbox + ` WHERE ctid = ANY (ARRAY (
+	SELECT ctid FROM ` + n.inbox + `
+	WHERE group_id = $1 AND topic = $2 AND partition = $3 AND "offset" < $4
+	  AND ($5::bigint = 0 OR applied_at < now() - $5::bigint * interval '1 microsecond')
+	  AND (dedup_key IS NULL OR applied_at < now() - $6::bigint * interval '1 microsecond')
+	ORDER BY "offset"
+	LIMIT $7
+))`,
+	}
+}

@@ -1,0 +1,194 @@
+package inbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+)
+
+// Store is the inbox of one consumer group in one PostgreSQL database. It
+// hands out the handler middleware (Handler), the runner's assign hook
+// (AssignHook) and retention (Prune, RunRetention). A Store is safe for
+// concurrent use; it starts no goroutine of its own and has nothing to
+// close (the pool is the caller's).
+//
+// Each member of the group needs its own Store: the Store remembers the
+// lease epochs its assign hook took, and its handlers are fenced by them.
+type Store struct {
+	pool  *pgxpool.Pool
+	group string
+	cfg   config
+	n     names
+	sql   statements
+	log   *slog.Logger
+	tel   *telemetry
+	stats counters
+
+	// epochs maps each partition this member was assigned to the lease
+	// epoch it took. Assignments are rare and handlers read it per record,
+	// so it is copied on write and read without a lock.
+	epochMu sync.Mutex
+	epochs  atomic.Pointer[map[runner.TP]int64]
+}
+
+// New returns the Store of group (the consumer group's name; the inbox rows
+// and leases of different groups are independent) over pool. It validates
+// its arguments and options and returns a *ConfigError for the first
+// invalid one; it does not touch the database (Check and Migrate do).
+func New(pool *pgxpool.Pool, group string, opts ...Option) (*Store, error) {
+	if pool == nil {
+		return nil, &ConfigError{Option: "pool", Reason: "nil pool"}
+	}
+	if group == "" {
+		return nil, &ConfigError{Option: "group", Reason: "empty group"}
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.owner == "" {
+		cfg.owner = defaultOwner()
+	}
+	s := &Store{
+		pool:  pool,
+		group: group,
+		cfg:   cfg,
+		n:     newNames(cfg.schema),
+		log:   cfg.logger.With("component", "tidemark.inbox", "group", group),
+	}
+	s.sql = newStatements(s.n)
+	tel, err := newTelemetry(cfg.meterProvider, cfg.batch > 1)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: telemetry: %w", err)
+	}
+	s.tel = tel
+	s.epochs.Store(&map[runner.TP]int64{})
+	return s, nil
+}
+
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+}
+
+// Group returns the consumer group the Store was made for.
+func (s *Store) Group() string { return s.group }
+
+// Owner returns the name this Store writes in the lease table.
+func (s *Store) Owner() string { return s.cfg.owner }
+
+// Migrate is the package's Migrate with the Store's Schema and Logger.
+func (s *Store) Migrate(ctx context.Context) error {
+	_, err := migrate(ctx, s.pool, s.n, s.cfg)
+	return err
+}
+
+// Check returns nil when the database answers and the inbox's schema is at
+// SchemaVersion or newer; otherwise an error saying which: one that cannot
+// reach the server names the connection problem, and a missing or old
+// schema is ErrNotMigrated (wrapped) with the command that fixes it. Call
+// it (or Migrate) before starting the runner, so a wrong DSN or a missing
+// migration is an error at start rather than an assign hook retried
+// forever.
+func (s *Store) Check(ctx context.Context) error {
+	v, err := version(ctx, s.pool, s.n)
+	if err != nil {
+		return connError("check", err)
+	}
+	if v < SchemaVersion {
+		return s.notMigrated(v)
+	}
+	return nil
+}
+
+func (s *Store) notMigrated(v int) error {
+	where := "the search_path's schema"
+	if s.n.schema != "" {
+		where = "schema " + s.n.schema
+	}
+	return fmt.Errorf("%w: %s is at version %d, this build needs %d; run `tidemark inbox migrate --dsn …` or Store.Migrate",
+		ErrNotMigrated, where, v, SchemaVersion)
+}
+
+// Epoch returns the lease epoch this Store took for tp at its last
+// assignment, and whether it took one. It is the epoch the Store's handlers
+// check at commit.
+func (s *Store) Epoch(tp runner.TP) (int64, bool) {
+	e, ok := (*s.epochs.Load())[tp]
+	return e, ok
+}
+
+func (s *Store) setEpoch(tp runner.TP, epoch int64) {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	old := *s.epochs.Load()
+	m := make(map[runner.TP]int64, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[tp] = epoch
+	s.epochs.Store(&m)
+}
+
+// Stats are a Store's counters since New, the same numbers its
+// OpenTelemetry counters report.
+type Stats struct {
+	// Applied is the records whose effect and inbox row committed.
+	Applied int64
+	// Replays is the records whose inbox insert found the row already
+	// there (an idempotency conflict): their effect was not run again.
+	// Records the assign hook's filter skipped are counted by the runner
+	// (tidemark.records.replay_skipped), not here.
+	Replays int64
+	// Fenced is the transactions refused because the partition's lease had
+	// moved to a newer epoch.
+	Fenced int64
+	// Retries is the transactions run again after a serialization failure
+	// or a deadlock.
+	Retries int64
+	// Leases is the lease epochs taken by the assign hook.
+	Leases int64
+	// Loaded is the applied offsets the assign hook loaded for replay skip.
+	Loaded int64
+	// Pruned is the inbox rows deleted by retention.
+	Pruned int64
+	// Batches is the transactions that applied records with Batch > 1.
+	Batches int64
+}
+
+type counters struct {
+	applied, replays, fenced, retries atomic.Int64
+	leases, loaded, pruned, batches   atomic.Int64
+}
+
+// Stats returns the Store's counters. It is safe to call at any time.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Applied: s.stats.applied.Load(),
+		Replays: s.stats.replays.Load(),
+		Fenced:  s.stats.fenced.Load(),
+		Retries: s.stats.retries.Load(),
+		Leases:  s.stats.leases.Load(),
+		Loaded:  s.stats.loaded.Load(),
+		Pruned:  s.stats.pruned.Load(),
+		Batches: s.stats.batches.Load(),
+	}
+}
