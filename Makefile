@@ -27,10 +27,10 @@ INTEGRATION_PKGS := ./integration/... $(sort $(patsubst %/,%,$(dir $(shell \
 	grep -rlE --include='*_test.go' --exclude-dir=.git --exclude-dir=.testbed \
 		'^//go:build.*\bintegration\b' . 2>/dev/null | grep -v '^\./integration/'))))
 
-.PHONY: help test vet unit integration demo testbed-up testbed-down testbed-status
+.PHONY: help test vet unit integration demo quickstart testbed-up testbed-down testbed-status
 
 help:
-	@echo 'make demo            test bed up, then the demo job (examples/quickstart)'
+	@echo 'make demo            test bed up, then the orders demo (examples/orders/demo)'
 	@echo 'make test            vet + unit tests + integration tests on the test bed (what CI runs)'
 	@echo 'make vet             go vet, with and without the integration tag'
 	@echo 'make unit            go test -race ./... (no servers)'
@@ -72,9 +72,16 @@ integration:
 	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration $(INTEGRATION_PKGS); \
 	$(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '^TestBoundedMemory$$' ./integration/
 
+# The main job: the orders example on the bed — 100,000 orders, two
+# instances in one group, one stopped with SIGTERM halfway and restarted,
+# then every order checked against the topic (examples/orders/demo).
 demo: testbed-up
-	@. "$(BED_ENV)" && $(GO) run ./examples/quickstart
+	@. "$(BED_ENV)" && $(GO) run ./examples/orders/demo
 	@echo 'The test bed is still running: scripts/testbed status | down'
+
+# The first demo: a plain franz-go + pgx consumer, no tidemark.
+quickstart: testbed-up
+	@. "$(BED_ENV)" && $(GO) run ./examples/quickstart
 
 testbed-up:
 	$(TESTBED) up

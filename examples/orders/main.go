@@ -1,0 +1,351 @@
+// Command orders is a tidemark service a user can copy: it consumes JSON
+// order events keyed by customer from a Kafka topic and applies each one
+// through the PostgreSQL inbox — the order row and the customer's running
+// total in one transaction with the inbox row — so a replay changes nothing.
+// It serves /livez, /readyz, /statusz and /metrics (Prometheus), and stops
+// gracefully on SIGTERM within TIDEMARK_SHUTDOWN_BUDGET.
+//
+// Configuration (flag, or the environment variable in brackets):
+//
+//	-brokers     Kafka seed brokers, comma-separated [TIDEMARK_KAFKA_BROKERS]
+//	-dsn         PostgreSQL connection string [TIDEMARK_PG_DSN]
+//	-group       consumer group (default orders) [ORDERS_GROUP]
+//	-topic       topic (default orders) [ORDERS_TOPIC]
+//	-dlq         dead-letter topic for malformed orders (default orders.dlq) [ORDERS_DLQ]
+//	-http        probe and metrics address (default :8080) [ORDERS_HTTP]
+//	-concurrency handlers at once (default 64) [ORDERS_CONCURRENCY]
+//	-instance-id static group membership id, e.g. the pod name [ORDERS_INSTANCE_ID]
+//	-delay       extra latency per order, for demos and tests (default 0) [ORDERS_DELAY]
+//
+// Exit status: 0 after a clean stop, 3 when the drain budget ran out (the
+// unfinished orders are left to the next owner; nothing is lost), 4 when a
+// second signal forced the stop, 1 on any other error, 2 on bad
+// configuration.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	promclient "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/tidemark/tidemark/pkg/inbox"
+	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/shutdown"
+	"github.com/tidemark/tidemark/pkg/source/franz"
+)
+
+// Order is one order event, the value of a record keyed by Customer.
+type Order struct {
+	ID          string `json:"id"`
+	Customer    string `json:"customer"`
+	AmountCents int64  `json:"amount_cents"`
+}
+
+type config struct {
+	brokers     []string
+	dsn         string
+	group       string
+	topic       string
+	dlq         string
+	http        string
+	concurrency int
+	instanceID  string
+	delay       time.Duration
+	budget      time.Duration
+}
+
+func main() {
+	cfg, err := parseConfig(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "orders:", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	os.Exit(run(cfg, log))
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func parseConfig(args []string) (config, error) {
+	fs := flag.NewFlagSet("orders", flag.ContinueOnError)
+	var c config
+	brokers := fs.String("brokers", env("TIDEMARK_KAFKA_BROKERS", ""), "Kafka seed brokers, comma-separated")
+	fs.StringVar(&c.dsn, "dsn", env("TIDEMARK_PG_DSN", ""), "PostgreSQL connection string")
+	fs.StringVar(&c.group, "group", env("ORDERS_GROUP", "orders"), "consumer group")
+	fs.StringVar(&c.topic, "topic", env("ORDERS_TOPIC", "orders"), "topic")
+	fs.StringVar(&c.dlq, "dlq", env("ORDERS_DLQ", "orders.dlq"), "dead-letter topic")
+	fs.StringVar(&c.http, "http", env("ORDERS_HTTP", ":8080"), "probe and metrics address")
+	conc := fs.String("concurrency", env("ORDERS_CONCURRENCY", "64"), "handlers at once")
+	fs.StringVar(&c.instanceID, "instance-id", env("ORDERS_INSTANCE_ID", ""), "static membership id")
+	delay := fs.String("delay", env("ORDERS_DELAY", "0s"), "extra latency per order")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	for _, b := range strings.Split(*brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			c.brokers = append(c.brokers, b)
+		}
+	}
+	var err error
+	switch {
+	case len(c.brokers) == 0:
+		return c, errors.New("no brokers: set -brokers or TIDEMARK_KAFKA_BROKERS")
+	case c.dsn == "":
+		return c, errors.New("no database: set -dsn or TIDEMARK_PG_DSN")
+	case c.group == "" || c.topic == "" || c.dlq == "":
+		return c, errors.New("-group, -topic and -dlq must not be empty")
+	}
+	if c.concurrency, err = strconv.Atoi(*conc); err != nil || c.concurrency < 1 {
+		return c, fmt.Errorf("-concurrency / ORDERS_CONCURRENCY %q: want a positive integer", *conc)
+	}
+	if c.delay, err = time.ParseDuration(*delay); err != nil || c.delay < 0 {
+		return c, fmt.Errorf("-delay / ORDERS_DELAY %q: want a duration such as 5ms", *delay)
+	}
+	if c.budget, err = shutdown.BudgetFromEnv(); err != nil {
+		return c, err
+	}
+	if _, _, err := net.SplitHostPort(c.http); err != nil {
+		return c, fmt.Errorf("-http / ORDERS_HTTP %q: %v", c.http, err)
+	}
+	return c, nil
+}
+
+// Schema is the example's business tables; the inbox has its own.
+const Schema = `
+CREATE TABLE IF NOT EXISTS orders (
+	id           text PRIMARY KEY,
+	customer     text NOT NULL,
+	amount_cents bigint NOT NULL,
+	topic        text NOT NULL,
+	part         int NOT NULL,
+	"offset"     bigint NOT NULL,
+	applied_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS customer_totals (
+	customer     text PRIMARY KEY,
+	orders       bigint NOT NULL,
+	total_cents  bigint NOT NULL
+);`
+
+// createTables creates the business tables under an advisory lock:
+// replicas starting together would otherwise race in CREATE TABLE IF NOT
+// EXISTS, which PostgreSQL answers with a unique violation on pg_type.
+func createTables(ctx context.Context, pool *pgxpool.Pool) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('tidemark-orders-schema'))`); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, Schema); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// apply writes one order's effect in the inbox's transaction.
+func apply(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
+	var o Order
+	if err := json.Unmarshal(rec.Value, &o); err != nil {
+		return fmt.Errorf("order %s: malformed JSON: %w", rec.String(), err)
+	}
+	if o.ID == "" || o.Customer == "" {
+		return fmt.Errorf("order %s: missing id or customer", rec.String())
+	}
+	// A second record with the same order id is a producer retry, not a new
+	// order: the primary key makes it a no-op for the totals as well.
+	tag, err := tx.Exec(ctx, `INSERT INTO orders (id, customer, amount_cents, topic, part, "offset")
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING`,
+		o.ID, o.Customer, o.AmountCents, rec.Topic, rec.Partition, rec.Offset)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return nil
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO customer_totals (customer, orders, total_cents) VALUES ($1, 1, $2)
+		ON CONFLICT (customer) DO UPDATE SET orders = customer_totals.orders + 1,
+		total_cents = customer_totals.total_cents + EXCLUDED.total_cents`, o.Customer, o.AmountCents)
+	return err
+}
+
+func run(cfg config, log *slog.Logger) int {
+	ctx := context.Background()
+	fail := func(what string, err error) int {
+		log.Error(what, "err", err)
+		return 1
+	}
+
+	// Telemetry: OpenTelemetry metrics, exported for Prometheus on /metrics.
+	reg := promclient.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return fail("metrics exporter", err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+
+	pool, err := pgxpool.New(ctx, cfg.dsn)
+	if err != nil {
+		return fail("database config", err)
+	}
+	if err := createTables(ctx, pool); err != nil {
+		pool.Close()
+		return fail("creating the orders tables", err)
+	}
+	store, err := inbox.New(pool, cfg.group, inbox.MeterProvider(mp), inbox.Logger(log))
+	if err != nil {
+		pool.Close()
+		return fail("inbox", err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		pool.Close()
+		return fail("inbox migration", err)
+	}
+	if err := ensureTopics(ctx, cfg); err != nil {
+		pool.Close()
+		return fail("topics", err)
+	}
+
+	fopts := []franz.Option{franz.Logger(log), franz.SessionTimeout(10 * time.Second), franz.HeartbeatInterval(time.Second)}
+	if cfg.instanceID != "" {
+		fopts = append(fopts, franz.InstanceID(cfg.instanceID))
+	}
+	src, err := franz.New(cfg.brokers, cfg.group, []string{cfg.topic}, fopts...)
+	if err != nil {
+		pool.Close()
+		return fail("kafka source", err)
+	}
+	handle := store.Handler(func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
+		if cfg.delay > 0 {
+			select {
+			case <-time.After(cfg.delay):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return apply(ctx, tx, rec)
+	})
+	r, err := runner.New(src,
+		runner.Handle(cfg.topic, handle),
+		runner.OnAssign(store.AssignHook()),
+		runner.Concurrency(cfg.concurrency),
+		runner.Failure(runner.DeadLetter(cfg.dlq, 5, nil)),
+		runner.Backoff(50*time.Millisecond, 5*time.Second),
+		runner.DrainBudget(cfg.budget/2),
+		runner.Logger(log),
+		runner.MeterProvider(mp),
+	)
+	if err != nil {
+		pool.Close()
+		return fail("runner", err)
+	}
+
+	probes := shutdown.NewProbes(r, 15*time.Second)
+	mux := http.NewServeMux()
+	mux.Handle("/", probes.Handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", cfg.http)
+	if err != nil {
+		pool.Close()
+		return fail("listen "+cfg.http, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("serving probes and metrics", "addr", ln.Addr().String())
+
+	coord, err := shutdown.NewCoordinator(r, shutdown.Budget(cfg.budget), shutdown.WithProbes(probes), shutdown.Logger(log),
+		shutdown.Close(
+			shutdown.Closer{Name: "http", Close: srv.Shutdown},
+			shutdown.Closer{Name: "database", Close: func(context.Context) error { pool.Close(); return nil }},
+			shutdown.Closer{Name: "metrics", Close: mp.Shutdown},
+		))
+	if err != nil {
+		pool.Close()
+		return fail("shutdown coordinator", err)
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+
+	probes.Started()
+	runDone := make(chan error, 1)
+	go func() { runDone <- r.Run(context.Background()) }()
+	var stopErr error
+	select {
+	case sig := <-sigs:
+		log.Info("signal received: stopping", "signal", sig.String(), "budget", cfg.budget)
+		stopErr = coord.Stop(sigs)
+		<-runDone
+	case err := <-runDone:
+		// The runner stopped by itself (a fatal source error): close the
+		// rest and report it.
+		log.Error("runner stopped", "err", err)
+		_ = coord.Stop(nil)
+		if err == nil {
+			err = errors.New("runner stopped unexpectedly")
+		}
+		return 1
+	}
+	code := shutdown.ExitCode(stopErr)
+	log.Info("exiting", "status", code)
+	return code
+}
+
+// ensureTopics creates the dead-letter topic (same partition count as the
+// orders topic) when it is missing, so a malformed order can always be
+// parked. The orders topic itself must exist.
+func ensureTopics(ctx context.Context, cfg config) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	td, err := adm.ListTopics(ctx, cfg.topic, cfg.dlq)
+	if err != nil {
+		return fmt.Errorf("listing topics: %w", err)
+	}
+	t, ok := td[cfg.topic]
+	if !ok || t.Err != nil {
+		return fmt.Errorf("topic %q does not exist; create it first (examples/orders/produce -create)", cfg.topic)
+	}
+	if d, ok := td[cfg.dlq]; ok && d.Err == nil {
+		return nil
+	}
+	resp, err := adm.CreateTopic(ctx, int32(len(t.Partitions)), -1, nil, cfg.dlq)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !strings.Contains(err.Error(), "TOPIC_ALREADY_EXISTS") {
+		return fmt.Errorf("creating the dead-letter topic %q: %w", cfg.dlq, err)
+	}
+	return nil
+}
