@@ -340,9 +340,10 @@ func (r *Runner) onSink(req *sinkReq) {
 		for i := range req.batches {
 			r.deliver(&req.batches[i])
 		}
-		r.dispatch()
 		// Pause before answering: the source's next poll must already
-		// leave out the partitions at their high water mark.
+		// leave out the partitions at their high water mark. Answer before
+		// dispatching (the loop dispatches right after), so the source's
+		// next poll overlaps the dispatch.
 		r.flushFlow()
 		req.reply <- sinkReply{budget: r.budget()}
 	case sinkLost:
