@@ -200,22 +200,7 @@ func TestRebalanceStorm(t *testing.T) {
 		}
 	}
 	// Everything handled: the remaining members must commit the end.
-	end := bed.EndOffsets(t, topic)
-	waitUntil := time.Now().Add(time.Minute)
-	for {
-		got := bed.Committed(t, group, topic)
-		same := len(got) == len(end)
-		for p, e := range end {
-			same = same && got[p] == e
-		}
-		if same {
-			break
-		}
-		if time.Now().After(waitUntil) {
-			t.Fatalf("committed %v, want the end offsets %v", got, end)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitCommitted(t, group, topic, bed.EndOffsets(t, topic), time.Minute)
 	for _, m := range members {
 		m.stop(t)
 	}

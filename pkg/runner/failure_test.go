@@ -34,15 +34,10 @@ func TestBlockHoldsCommitBelowPoison(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	r, err := runner.New(src, runner.Handle(topic, h), runner.Backoff(time.Millisecond, 4*time.Millisecond),
+	r := newRunner(t, src, runner.Handle(topic, h), runner.Backoff(time.Millisecond, 4*time.Millisecond),
 		runner.CommitInterval(2*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
 	started(t, r)
-	if err := src.Assign(context.Background(), tp(0)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0))
 	eventually(t, "commit held at the poison record", committedAt(src, 0, 42))
 	eventually(t, "retries", func() bool { return attempts.Load() >= 5 })
 	// Every other key finished all its records; k2 stopped at offset 42.
@@ -104,20 +99,15 @@ func TestDeadLetterCommitsOnlyAfterWrite(t *testing.T) {
 	)
 	d := &dlq{allow: make(chan struct{}), fails: 2}
 	m := newMeter()
-	r, err := runner.New(src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
 		if rec.Offset == 1 {
 			panic("boom") // a panic is a failed attempt, not a crash
 		}
 		return nil
 	}), runner.Failure(runner.DeadLetter("t.dlq", 3, d)), runner.Backoff(time.Millisecond, 2*time.Millisecond),
 		runner.CommitInterval(2*time.Millisecond), runner.MeterProvider(m.provider))
-	if err != nil {
-		t.Fatal(err)
-	}
 	started(t, r)
-	if err := src.Assign(context.Background(), tp(0)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0))
 	eventually(t, "commit held below the record being dead-lettered", committedAt(src, 0, 1))
 	eventually(t, "three failed attempts", func() bool { return m.sum(t, "tidemark.records.failed") == 3 })
 	time.Sleep(10 * time.Millisecond)
@@ -157,20 +147,15 @@ func TestSkipIsCountedAndMovesOn(t *testing.T) {
 	src := runnertest.New()
 	fill(src, 1, 10, 10)
 	m := newMeter()
-	r, err := runner.New(src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
 		if rec.Offset == 4 {
 			return errPoison
 		}
 		return nil
 	}), runner.Failure(runner.Skip(2)), runner.Backoff(time.Millisecond, time.Millisecond),
 		runner.CommitInterval(2*time.Millisecond), runner.MeterProvider(m.provider))
-	if err != nil {
-		t.Fatal(err)
-	}
 	started(t, r)
-	if err := src.Assign(context.Background(), tp(0)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0))
 	eventually(t, "commit at the end", committedAt(src, 0, 10))
 	if n := m.sum(t, "tidemark.records.skipped"); n != 1 {
 		t.Fatalf("skipped = %d, want 1", n)
@@ -186,7 +171,7 @@ func TestHandlerTimeoutIsAFailedAttempt(t *testing.T) {
 	src := runnertest.New()
 	fill(src, 1, 3, 3)
 	var calls atomic.Int32
-	r, err := runner.New(src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
 		if rec.Offset == 1 && calls.Add(1) == 1 {
 			<-ctx.Done()
 			return ctx.Err()
@@ -194,13 +179,8 @@ func TestHandlerTimeoutIsAFailedAttempt(t *testing.T) {
 		return nil
 	}), runner.HandlerTimeout(20*time.Millisecond), runner.Backoff(time.Millisecond, time.Millisecond),
 		runner.CommitInterval(2*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
 	started(t, r)
-	if err := src.Assign(context.Background(), tp(0)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0))
 	eventually(t, "commit at the end", committedAt(src, 0, 3))
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("offset 1 ran %d times, want 2 (timed out once)", n)

@@ -28,15 +28,10 @@ func TestPauseAtHighResumeAtLow(t *testing.T) {
 		return nil
 	}
 	m := newMeter()
-	r, err := runner.New(src, runner.Handle(topic, h), runner.Order(runner.Unordered), runner.MeterProvider(m.provider),
+	r := newRunner(t, src, runner.Handle(topic, h), runner.Order(runner.Unordered), runner.MeterProvider(m.provider),
 		runner.Concurrency(4), runner.WaterMarks(high, low), runner.CommitInterval(2*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
 	started(t, r)
-	if err := src.Assign(context.Background(), tp(0), tp(1)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0), tp(1))
 	eventually(t, "partition 0 paused at the high water mark", func() bool { return src.Paused(tp(0)) && src.Paused(tp(1)) })
 	// Give the source every chance to overshoot before looking.
 	time.Sleep(20 * time.Millisecond)
@@ -90,18 +85,13 @@ func TestByteCapPausesEverything(t *testing.T) {
 	var once sync.Once
 	open := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(open)
-	r, err := runner.New(src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
 		<-release
 		return nil
 	}), runner.Concurrency(2), runner.ByteWaterMarks(10000, 5000), runner.MaxBufferedBytes(12000),
 		runner.CommitInterval(2*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
 	started(t, r)
-	if err := src.Assign(context.Background(), tp(0), tp(1), tp(2)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0), tp(1), tp(2))
 	eventually(t, "all partitions paused by the byte cap", func() bool {
 		st := r.Stats()
 		total := 0

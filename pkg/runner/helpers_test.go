@@ -28,6 +28,24 @@ func fill(src *runnertest.Source, partitions, n, keys int) {
 	}
 }
 
+// newRunner returns a runner over src or fails the test.
+func newRunner(t *testing.T, src runner.Source, opts ...runner.Option) *runner.Runner {
+	t.Helper()
+	r, err := runner.New(src, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// assign gives tps to the runner through src or fails the test.
+func assign(t *testing.T, src *runnertest.Source, tps ...runner.TP) {
+	t.Helper()
+	if err := src.Assign(context.Background(), tps...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // started runs r in the background and returns a func that waits for Run's
 // result.
 func started(t *testing.T, r *runner.Runner) func() error {

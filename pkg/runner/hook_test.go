@@ -40,9 +40,7 @@ func TestAssignHookSkipsApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	started(t, r)
-	if err := src.Assign(context.Background(), tp(0)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0))
 	eventually(t, "commit at the end", committedAt(src, 0, 10))
 	if n := hookCalls.Load(); n != 3 {
 		t.Fatalf("hook called %d times, want 3 (two failures retried)", n)
@@ -66,20 +64,15 @@ func TestFencedIsNeitherCompletedNorRetried(t *testing.T) {
 	src := runnertest.New()
 	fill(src, 1, 10, 10)
 	var calls atomic.Int32
-	r, err := runner.New(src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
 		if rec.Offset == 6 {
 			calls.Add(1)
 			return fmt.Errorf("inbox: lease moved on: %w", runner.ErrFenced)
 		}
 		return nil
 	}), runner.Backoff(time.Millisecond, time.Millisecond), runner.CommitInterval(2*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
 	started(t, r)
-	if err := src.Assign(context.Background(), tp(0)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0))
 	eventually(t, "commit below the fenced record", committedAt(src, 0, 6))
 	time.Sleep(20 * time.Millisecond)
 	if off, _ := src.Committed(tp(0)); off != 6 {

@@ -72,15 +72,10 @@ func TestOrdering(t *testing.T) {
 				c.exit(lane)
 				return nil
 			}
-			r, err := runner.New(src, runner.Handle(topic, h), runner.Order(tc.mode),
+			r := newRunner(t, src, runner.Handle(topic, h), runner.Order(tc.mode),
 				runner.Concurrency(16), runner.CommitInterval(5*time.Millisecond))
-			if err != nil {
-				t.Fatal(err)
-			}
 			started(t, r)
-			if err := src.Assign(context.Background(), tp(0), tp(1), tp(2), tp(3)); err != nil {
-				t.Fatal(err)
-			}
+			assign(t, src, tp(0), tp(1), tp(2), tp(3))
 			for p := range int32(partitions) {
 				eventually(t, "all committed", committedAt(src, p, perPartition))
 			}

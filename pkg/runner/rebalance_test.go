@@ -53,11 +53,8 @@ func TestOldEpochCompletionDoesNotMoveCommit(t *testing.T) {
 		}
 		return newGate.handler(ctx, rec)
 	}
-	r, err := runner.New(src, runner.Handle(topic, h), runner.CommitInterval(2*time.Millisecond),
+	r := newRunner(t, src, runner.Handle(topic, h), runner.CommitInterval(2*time.Millisecond),
 		runner.DrainBudget(50*time.Millisecond), runner.MeterProvider(m.provider))
-	if err != nil {
-		t.Fatal(err)
-	}
 	started(t, r)
 	t.Cleanup(func() {
 		select {
@@ -113,10 +110,7 @@ func TestLostCommitsNothing(t *testing.T) {
 		}
 		return nil
 	}
-	r, err := runner.New(src, runner.Handle(topic, h), runner.CommitInterval(2*time.Millisecond), runner.Order(runner.Unordered))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRunner(t, src, runner.Handle(topic, h), runner.CommitInterval(2*time.Millisecond), runner.Order(runner.Unordered))
 	started(t, r)
 	ctx := context.Background()
 	if err := src.Assign(ctx, tp(0), tp(1)); err != nil {
@@ -171,14 +165,9 @@ func TestShutdownDrainsAndCommits(t *testing.T) {
 		inflight.Add(-1)
 		return nil
 	}
-	r, err := runner.New(src, runner.Handle(topic, h), runner.Concurrency(8), runner.CommitInterval(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRunner(t, src, runner.Handle(topic, h), runner.Concurrency(8), runner.CommitInterval(time.Hour))
 	wait := started(t, r)
-	if err := src.Assign(context.Background(), tp(0), tp(1), tp(2)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0), tp(1), tp(2))
 	eventually(t, "handlers running", func() bool { return inflight.Load() > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -227,7 +216,7 @@ func TestShutdownBudgetRunsOut(t *testing.T) {
 	src := runnertest.New()
 	fill(src, 1, 10, 10)
 	g := newGate(func(r runner.Record) bool { return r.Offset == 3 })
-	r, err := runner.New(src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
 		if rec.Offset == 3 {
 			g.entered <- 3
 			<-ctx.Done() // honours ctx, but only when cancelled
@@ -235,17 +224,12 @@ func TestShutdownBudgetRunsOut(t *testing.T) {
 		}
 		return nil
 	}), runner.CommitInterval(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
 	wait := started(t, r)
-	if err := src.Assign(context.Background(), tp(0)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0))
 	<-g.entered
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	err = r.Shutdown(ctx)
+	err := r.Shutdown(ctx)
 	var de *runner.DrainError
 	if !errors.As(err, &de) || de.Unfinished[tp(0)] != 3 {
 		t.Fatalf("Shutdown = %v, want a DrainError naming %s at 3", err, tp(0))
@@ -266,19 +250,14 @@ func TestRunContextCancelIsGraceful(t *testing.T) {
 	src := runnertest.New()
 	fill(src, 1, 100, 10)
 	var handled atomic.Int32
-	r, err := runner.New(src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
 		handled.Add(1)
 		return nil
 	}), runner.CommitInterval(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- r.Run(ctx) }()
-	if err := src.Assign(context.Background(), tp(0)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0))
 	eventually(t, "everything handled", func() bool { return handled.Load() == 100 })
 	cancel()
 	if err := <-errc; err != nil {
@@ -297,17 +276,12 @@ func TestCommitFailuresNeverGoBackward(t *testing.T) {
 	src := runnertest.New()
 	fill(src, 2, 500, 50)
 	src.FailCommits(5)
-	r, err := runner.New(src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
 		time.Sleep(50 * time.Microsecond)
 		return nil
 	}), runner.CommitInterval(time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
 	started(t, r)
-	if err := src.Assign(context.Background(), tp(0), tp(1)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0), tp(1))
 	eventually(t, "committed at the end", committedAt(src, 0, 500))
 	eventually(t, "committed at the end", committedAt(src, 1, 500))
 	last := map[runner.TP]int64{}
@@ -330,14 +304,9 @@ func TestSparseOffsetsAndPosition(t *testing.T) {
 		src.Append(runner.Record{Topic: topic, Partition: 0, Offset: off, Key: []byte("k")})
 	}
 	g := newGate(func(r runner.Record) bool { return r.Offset == 108 })
-	r, err := runner.New(src, runner.Handle(topic, g.handler), runner.Order(runner.Unordered), runner.CommitInterval(time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRunner(t, src, runner.Handle(topic, g.handler), runner.Order(runner.Unordered), runner.CommitInterval(time.Millisecond))
 	started(t, r)
-	if err := src.Assign(context.Background(), tp(0)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0))
 	<-g.entered
 	eventually(t, "commit 104 with 108 unfinished", committedAt(src, 0, 104))
 	close(g.release)
@@ -352,15 +321,10 @@ func TestLostWaitsForTheCommitInFlight(t *testing.T) {
 	fill(src, 1, 10, 10)
 	held, release := src.HoldCommits()
 	defer release()
-	r, err := runner.New(src, runner.Handle(topic, func(context.Context, runner.Record) error { return nil }),
+	r := newRunner(t, src, runner.Handle(topic, func(context.Context, runner.Record) error { return nil }),
 		runner.CommitInterval(time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
 	started(t, r)
-	if err := src.Assign(context.Background(), tp(0)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0))
 	<-held // a commit is in flight
 	lost := make(chan error, 1)
 	go func() { lost <- src.Lose(context.Background(), tp(0)) }()

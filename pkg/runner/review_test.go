@@ -31,15 +31,10 @@ func TestLostReportCommitsNoneOfItsPartitions(t *testing.T) {
 		}
 		return nil
 	}
-	r, err := runner.New(src, runner.Handle(topic, h), runner.Order(runner.Unordered),
+	r := newRunner(t, src, runner.Handle(topic, h), runner.Order(runner.Unordered),
 		runner.Concurrency(4), runner.CommitInterval(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
 	started(t, r)
-	if err := src.Assign(context.Background(), tp(0), tp(1)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0), tp(1))
 	eventually(t, "partition 1 handled", func() bool { return done1.Load() == 10 })
 	time.Sleep(20 * time.Millisecond) // let the loop take the completions
 	// Shutdown: the stop drain waits for A's in-flight handler.
@@ -78,19 +73,12 @@ func TestGlobalPauseLiftsAfterALoss(t *testing.T) {
 		handled1.Add(1)
 		return nil
 	}
-	r, err := runner.New(src, runner.Handle(topic, h), runner.Order(runner.Unordered), runner.Concurrency(1),
+	r := newRunner(t, src, runner.Handle(topic, h), runner.Order(runner.Unordered), runner.Concurrency(1),
 		runner.ByteWaterMarks(1000, 500), runner.MaxBufferedBytes(1000), runner.CommitInterval(5*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
 	started(t, r)
-	if err := src.Assign(context.Background(), tp(0)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0))
 	eventually(t, "partition 0 paused", func() bool { return src.Paused(tp(0)) })
-	if err := src.Assign(context.Background(), tp(1)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(1))
 	eventually(t, "partition 1 paused by the global cap", func() bool { return src.Paused(tp(1)) })
 	for i := range 5 {
 		src.Append(runner.Record{Topic: topic, Partition: 1, Offset: int64(i), Value: []byte("x")})
@@ -129,15 +117,10 @@ func TestShutdownWaitsForARevokeDrain(t *testing.T) {
 		}
 		return nil
 	}
-	r, err := runner.New(src, runner.Handle(topic, h), runner.Order(runner.Unordered),
+	r := newRunner(t, src, runner.Handle(topic, h), runner.Order(runner.Unordered),
 		runner.Concurrency(4), runner.DrainBudget(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
 	started(t, r)
-	if err := src.Assign(context.Background(), tp(0), tp(1)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0), tp(1))
 	<-inHandler
 	rdone := make(chan error, 1)
 	go func() { rdone <- src.Revoke(context.Background(), tp(0)) }()

@@ -14,17 +14,12 @@ func TestConsumesAndCommitsEverything(t *testing.T) {
 	src := runnertest.New()
 	fill(src, 4, 1000, 37)
 	var handled atomic.Int64
-	r, err := runner.New(src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
 		handled.Add(1)
 		return nil
 	}), runner.CommitInterval(5*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
 	wait := started(t, r)
-	if err := src.Assign(context.Background(), tp(0), tp(1), tp(2), tp(3)); err != nil {
-		t.Fatal(err)
-	}
+	assign(t, src, tp(0), tp(1), tp(2), tp(3))
 	for p := range int32(4) {
 		eventually(t, "commit at the end", committedAt(src, p, 1000))
 	}
