@@ -62,8 +62,17 @@ type Source struct {
 	// owned), and every later commit finds them not owned and drops them.
 	// That makes invariant 4 (after Lost, nothing is committed for the
 	// partition) hold at the broker, not only in the runner's table.
+	//
+	// owned maps each partition to the member id it was assigned under.
+	// When a commit is refused because the member was removed from the
+	// group (UNKNOWN_MEMBER_ID), franz-go rejoins under a new member id and
+	// then reports the partitions it no longer has as revoked, not lost;
+	// by then its commits carry the new member id and generation, which
+	// the coordinator accepts. Comparing the member ids tells the two
+	// apart: partitions assigned under an earlier member id are lost, and
+	// no commit for them may go out under the new one (see Commit).
 	ownMu sync.Mutex
-	owned map[runner.TP]struct{}
+	owned map[runner.TP]string
 }
 
 // ErrClosed is returned by Run after Close.
@@ -110,7 +119,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		topics: slices.Clone(topics),
 		log:    cfg.logger.With("component", "tidemark.franz", "group", group),
 		closed: make(chan struct{}),
-		owned:  map[runner.TP]struct{}{},
+		owned:  map[runner.TP]string{},
 	}
 
 	// Overridable defaults first, then the caller's client options, then
@@ -382,14 +391,22 @@ func (s *Source) sinkOf() (runner.Sink, context.Context) {
 // it from the first delivery.
 func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	tps := tpsOf(assigned)
+	// franz-go calls this at the start of every group session, after the
+	// revokes. Partitions still owned were kept by this session's
+	// assignment: they belong to the current member id now, even if the
+	// member rejoined under a new one (see owned).
+	member, _ := s.cl.GroupMetadata()
+	s.ownMu.Lock()
+	for tp := range s.owned {
+		s.owned[tp] = member
+	}
+	for _, tp := range tps {
+		s.owned[tp] = member
+	}
+	s.ownMu.Unlock()
 	if len(tps) == 0 {
 		return
 	}
-	s.ownMu.Lock()
-	for _, tp := range tps {
-		s.owned[tp] = struct{}{}
-	}
-	s.ownMu.Unlock()
 	// The runner starts a new assignment unpaused; drop a pause franz-go
 	// may still hold from an earlier assignment of the same partition.
 	s.cl.ResumeFetchPartitions(assigned)
@@ -413,6 +430,25 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 // it with nothing at the end of every group session.
 func (s *Source) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	tps := tpsOf(revoked)
+	if len(tps) == 0 {
+		return
+	}
+	// Partitions assigned under an earlier member id were lost when the
+	// member was removed; franz-go reports them here after rejoining.
+	member, _ := s.cl.GroupMetadata()
+	var lost []runner.TP
+	s.ownMu.Lock()
+	tps = slices.DeleteFunc(tps, func(tp runner.TP) bool {
+		if m, ok := s.owned[tp]; ok && m != member {
+			lost = append(lost, tp)
+			return true
+		}
+		return false
+	})
+	s.ownMu.Unlock()
+	if len(lost) > 0 {
+		s.onLost(context.Background(), s.cl, mapOf(lost))
+	}
 	if len(tps) == 0 {
 		return
 	}
@@ -549,8 +585,9 @@ func (s *Source) Commit(ctx context.Context, offsets []runner.Offset) error {
 
 	var notOwned []runner.TP
 	send := make(map[string]map[int32]kgo.EpochOffset)
+	member, _ := s.cl.GroupMetadata()
 	for _, o := range offsets {
-		if _, ok := s.owned[o.TP]; !ok {
+		if m, ok := s.owned[o.TP]; !ok || m != member {
 			notOwned = append(notOwned, o.TP)
 			continue
 		}
@@ -570,6 +607,16 @@ func (s *Source) Commit(ctx context.Context, offsets []runner.Offset) error {
 	}
 	var failed map[runner.TP]error
 	if len(send) > 0 {
+		// franz-go holds a commit while the group rejoins and sends it
+		// with the member id and generation current then: refuse to send
+		// it if the member id is no longer the one the partitions were
+		// assigned under.
+		ctx = kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
+			if req.MemberID != member {
+				return fmt.Errorf("%w: the member rejoined as %s (was %s)", ErrNotOwned, req.MemberID, member)
+			}
+			return nil
+		})
 		failed = s.commit(ctx, send)
 	}
 	if len(failed) > 0 || len(notOwned) > 0 {
