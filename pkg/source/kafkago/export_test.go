@@ -1,0 +1,4 @@
+package kafkago
+
+// Decode exposes decode to the external tests.
+var Decode = decode

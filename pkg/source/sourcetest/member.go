@@ -1,0 +1,555 @@
+package sourcetest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+)
+
+// Timings every member of the suite uses unless a scenario says otherwise:
+// short enough that rebalances and losses happen within seconds, long enough
+// for a loaded CI machine running -race.
+const (
+	sessionTimeout    = 6 * time.Second
+	rebalanceTimeout  = 10 * time.Second
+	heartbeatInterval = 500 * time.Millisecond
+	drainBudget       = 2 * time.Second
+	commitInterval    = 100 * time.Millisecond
+)
+
+// env is one scenario: its factory, broker view and group.
+type env struct {
+	t     *testing.T
+	f     Factory
+	c     *cluster
+	group string
+	board *board
+}
+
+func newEnv(t *testing.T, f Factory) *env {
+	return &env{t: t, f: f, c: newCluster(t, f.Brokers), group: name(t, "group"), board: &board{owner: map[runner.TP]*spy{}}}
+}
+
+// board is who owns each partition according to the members' own reports:
+// a member owns a partition from the moment its source reports it assigned
+// until its revoke returns or its loss is reported. The group protocols
+// never give a partition to a new owner before the old one has revoked it
+// (or been removed from the group), so a commit a member starts while
+// another member owns the partition must not be acknowledged: it would
+// overwrite the new owner's progress.
+type board struct {
+	mu    sync.Mutex
+	owner map[runner.TP]*spy
+}
+
+// logger logs at warn level to the test's output, or at TIDEMARK_TEST_LOG
+// (debug, info) when set.
+func logger(t *testing.T) *slog.Logger {
+	level := slog.LevelWarn
+	switch os.Getenv("TIDEMARK_TEST_LOG") {
+	case "debug":
+		level = slog.LevelDebug
+	case "info":
+		level = slog.LevelInfo
+	case "none":
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
+}
+
+// member is one runner over one source of the adapter under test.
+type member struct {
+	name string
+	spy  *spy
+	r    *runner.Runner
+	done chan error
+	once sync.Once
+}
+
+// memberOpts adjusts one member: its Config, its spy (before it runs) and
+// its runner.
+type memberOpts struct {
+	tune   func(*Config)
+	spy    func(*spy)
+	runner []runner.Option
+}
+
+// start builds a source with the factory and runs a runner over it with h
+// registered for every topic. The member is stopped in cleanup if the
+// scenario did not stop it.
+func (e *env) start(name string, topics []string, h runner.Handler, o memberOpts) *member {
+	t := e.t
+	t.Helper()
+	cfg := Config{
+		Brokers:           e.f.Brokers,
+		Group:             e.group,
+		Topics:            topics,
+		SessionTimeout:    sessionTimeout,
+		RebalanceTimeout:  rebalanceTimeout,
+		HeartbeatInterval: heartbeatInterval,
+		Logger:            logger(t).With("member", name),
+	}
+	if o.tune != nil {
+		o.tune(&cfg)
+	}
+	src, err := e.f.New(cfg)
+	if err != nil {
+		t.Fatalf("sourcetest: %s: Factory.New: %v", name, err)
+	}
+	sp := newSpy(src)
+	sp.name, sp.board = name, e.board
+	if o.spy != nil {
+		o.spy(sp)
+	}
+	opts := []runner.Option{
+		runner.Logger(cfg.Logger),
+		runner.CommitInterval(commitInterval),
+		runner.DrainBudget(drainBudget),
+	}
+	for _, topic := range topics {
+		opts = append(opts, runner.Handle(topic, h))
+	}
+	r, err := runner.New(sp, append(opts, o.runner...)...)
+	if err != nil {
+		src.Close()
+		t.Fatalf("sourcetest: %s: runner.New: %v", name, err)
+	}
+	m := &member{name: name, spy: sp, r: r, done: make(chan error, 1)}
+	go func() { m.done <- r.Run(context.Background()) }()
+	t.Cleanup(func() {
+		if err := m.stop(); err != nil {
+			t.Errorf("sourcetest: %s: Shutdown: %v", name, err)
+		}
+	})
+	return m
+}
+
+// stop shuts the member down gracefully within 15s; see stopWithin.
+func (m *member) stop() error { return m.stopWithin(15 * time.Second) }
+
+// stopWithin shuts the member down gracefully within budget (its drain gets
+// 70% of it) and returns Shutdown's error, or Run's when Shutdown's is nil.
+// Later calls return nil.
+func (m *member) stopWithin(budget time.Duration) error {
+	var err error
+	m.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		defer cancel()
+		err = m.r.Shutdown(ctx)
+		if runErr := <-m.done; err == nil {
+			err = runErr
+		}
+	})
+	return err
+}
+
+// eventKind is an ownership report from a source to the runner.
+type eventKind int
+
+const (
+	assigned eventKind = iota
+	revoked
+	lost
+)
+
+func (k eventKind) String() string { return [...]string{"assigned", "revoked", "lost"}[k] }
+
+// event is one ownership report: when the source called the sink and when
+// the sink returned.
+type event struct {
+	kind     eventKind
+	tps      []runner.TP
+	at, done time.Time
+}
+
+func (e event) String() string {
+	return fmt.Sprintf("%s %v at %s", e.kind, e.tps, e.at.Format("15:04:05.000000"))
+}
+
+// spy wraps the adapter's Source and the runner's Sink and records what
+// crosses between them, checking the contract as it goes.
+type spy struct {
+	runner.Source
+	name  string
+	board *board
+
+	mu     sync.Mutex
+	events []event
+	owned  map[runner.TP]bool
+	// lostAt holds the partitions reported lost and not assigned again
+	// since, with the time of the report.
+	lostAt    map[runner.TP]time.Time
+	violation string // the first breach of the contract seen
+
+	budget    int                 // the budget the last hand-over returned; 0 before any
+	handOvers int                 // Fetched calls
+	delivered map[runner.TP]int64 // records handed over per partition
+	pauses    int
+	resumes   int
+	closedAt  time.Time
+
+	// completed, when set, returns a partition's completed handler calls;
+	// with it the spy tracks the most records of one partition handed
+	// over and not completed (buffered plus in flight).
+	completed func(runner.TP) int64
+	maxHeld   int64
+
+	// onRevoke, when set, is called as a revoke reaches the runner.
+	onRevoke func(tps []runner.TP)
+}
+
+func newSpy(src runner.Source) *spy {
+	return &spy{Source: src, board: &board{owner: map[runner.TP]*spy{}}, owned: map[runner.TP]bool{}, lostAt: map[runner.TP]time.Time{}, delivered: map[runner.TP]int64{}}
+}
+
+func (s *spy) fail(format string, a ...any) {
+	if s.violation == "" {
+		s.violation = fmt.Sprintf(format, a...)
+	}
+}
+
+// Run hands the adapter a recording Sink.
+func (s *spy) Run(ctx context.Context, sink runner.Sink) error {
+	return s.Source.Run(ctx, spySink{Sink: sink, s: s})
+}
+
+func (s *spy) Pause(tps []runner.TP) {
+	s.mu.Lock()
+	s.pauses++
+	s.mu.Unlock()
+	s.Source.Pause(tps)
+}
+
+func (s *spy) Resume(tps []runner.TP) {
+	s.mu.Lock()
+	s.resumes++
+	s.mu.Unlock()
+	s.Source.Resume(tps)
+}
+
+// Commit checks invariant 4 at the adapter: a commit that starts after a
+// partition was reported lost (and before it was assigned again), or while
+// another member owns it (see board), must not be acknowledged for it; the
+// adapter must leave it out and say so.
+func (s *spy) Commit(ctx context.Context, offsets []runner.Offset) error {
+	s.mu.Lock()
+	var lostBefore []runner.TP
+	for _, o := range offsets {
+		if _, ok := s.lostAt[o.TP]; ok {
+			lostBefore = append(lostBefore, o.TP)
+		}
+	}
+	if !s.closedAt.IsZero() {
+		s.fail("Commit(%v) after Close", offsets)
+	}
+	s.mu.Unlock()
+	var others []string
+	s.board.mu.Lock()
+	for _, o := range offsets {
+		if ow := s.board.owner[o.TP]; ow != nil && ow != s {
+			others = append(others, o.TP.String()+" (owned by "+ow.name+")")
+		}
+	}
+	s.board.mu.Unlock()
+	err := s.Source.Commit(ctx, offsets)
+	if err == nil && (len(lostBefore) > 0 || len(others) > 0) {
+		s.mu.Lock()
+		if len(lostBefore) > 0 {
+			s.fail("Commit(%v) acknowledged after %v were reported lost", offsets, lostBefore)
+		}
+		if len(others) > 0 {
+			s.fail("Commit(%v) acknowledged for %v: another member was assigned them before the commit began", offsets, others)
+		}
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func (s *spy) Close() error {
+	s.mu.Lock()
+	if s.closedAt.IsZero() {
+		s.closedAt = time.Now()
+	}
+	s.mu.Unlock()
+	return s.Source.Close()
+}
+
+// ownedCount is how many partitions the source has assigned and neither
+// revoked nor lost.
+func (s *spy) ownedCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.owned)
+}
+
+func (s *spy) ownedSet() []runner.TP {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []runner.TP
+	for tp := range s.owned {
+		out = append(out, tp)
+	}
+	sortTPs(out)
+	return out
+}
+
+// eventsSince returns the events whose call started at or after t.
+func (s *spy) eventsSince(t time.Time) []event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []event
+	for _, e := range s.events {
+		if !e.at.Before(t) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (s *spy) check(t *testing.T, name string) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.violation != "" {
+		t.Errorf("%s: %s", name, s.violation)
+	}
+}
+
+// disown takes tps off the board where s owns them.
+func (s *spy) disown(tps []runner.TP) {
+	s.board.mu.Lock()
+	for _, tp := range tps {
+		if s.board.owner[tp] == s {
+			delete(s.board.owner, tp)
+		}
+	}
+	s.board.mu.Unlock()
+}
+
+// spySink records the reports and forwards them to the runner.
+type spySink struct {
+	runner.Sink
+	s *spy
+}
+
+func (k spySink) record(kind eventKind, tps []runner.TP, at time.Time) {
+	s := k.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, event{kind: kind, tps: slices.Clone(tps), at: at, done: time.Now()})
+}
+
+func (k spySink) Assigned(ctx context.Context, parts []runner.Assignment) error {
+	at := time.Now()
+	s := k.s
+	tps := make([]runner.TP, len(parts))
+	s.mu.Lock()
+	for i, a := range parts {
+		tps[i] = a.TP
+		if s.owned[a.TP] {
+			s.fail("%s assigned again without a revoke or loss", a.TP)
+		}
+		s.owned[a.TP] = true
+		delete(s.lostAt, a.TP)
+	}
+	s.mu.Unlock()
+	s.board.mu.Lock()
+	for _, tp := range tps {
+		s.board.owner[tp] = s
+	}
+	s.board.mu.Unlock()
+	err := k.Sink.Assigned(ctx, parts)
+	k.record(assigned, tps, at)
+	return err
+}
+
+func (k spySink) Revoked(ctx context.Context, tps []runner.TP, deadline time.Time) error {
+	at := time.Now()
+	if k.s.onRevoke != nil {
+		k.s.onRevoke(tps)
+	}
+	err := k.Sink.Revoked(ctx, tps, deadline)
+	s := k.s
+	s.mu.Lock()
+	for _, tp := range tps {
+		delete(s.owned, tp)
+	}
+	s.mu.Unlock()
+	s.disown(tps)
+	k.record(revoked, tps, at)
+	return err
+}
+
+func (k spySink) Lost(ctx context.Context, tps []runner.TP) error {
+	at := time.Now()
+	s := k.s
+	s.mu.Lock()
+	for _, tp := range tps {
+		delete(s.owned, tp)
+		if _, ok := s.lostAt[tp]; !ok {
+			s.lostAt[tp] = at
+		}
+	}
+	s.mu.Unlock()
+	s.disown(tps)
+	err := k.Sink.Lost(ctx, tps)
+	k.record(lost, tps, at)
+	return err
+}
+
+// Fetched checks that the hand-over carries at most the budget the previous
+// one returned and only partitions the source owns.
+func (k spySink) Fetched(ctx context.Context, batches []runner.Batch) (int, error) {
+	s := k.s
+	s.mu.Lock()
+	n := 0
+	for _, b := range batches {
+		n += len(b.Records)
+		if len(b.Records) > 0 && !s.owned[b.TP] {
+			s.fail("records of %s handed over while it is not assigned", b.TP)
+		}
+		for i := 1; i < len(b.Records); i++ {
+			if b.Records[i].Offset <= b.Records[i-1].Offset {
+				s.fail("records of %s handed over out of offset order: %d after %d", b.TP, b.Records[i].Offset, b.Records[i-1].Offset)
+			}
+		}
+		if nr := len(b.Records); nr > 0 && b.Position >= 0 && b.Position <= b.Records[nr-1].Offset {
+			s.fail("batch of %s has position %d at or before its last record %d", b.TP, b.Position, b.Records[nr-1].Offset)
+		}
+		s.delivered[b.TP] += int64(len(b.Records))
+		if s.completed != nil {
+			s.maxHeld = max(s.maxHeld, s.delivered[b.TP]-s.completed(b.TP))
+		}
+	}
+	if s.budget > 0 && n > s.budget {
+		s.fail("a hand-over of %d records after the runner's budget of %d", n, s.budget)
+	}
+	s.handOvers++
+	s.mu.Unlock()
+	budget, err := k.Sink.Fetched(ctx, batches)
+	if err == nil {
+		s.mu.Lock()
+		s.budget = budget
+		s.mu.Unlock()
+	}
+	return budget, err
+}
+
+// ledger records every handler call of a scenario.
+type ledger struct {
+	mu        sync.Mutex
+	calls     map[runner.TP]map[int64][]string // offset → members that handled it
+	completed map[runner.TP]int64
+	running   map[string]int // member → handlers running
+	total     int
+}
+
+func newLedger() *ledger {
+	return &ledger{calls: map[runner.TP]map[int64][]string{}, completed: map[runner.TP]int64{}, running: map[string]int{}}
+}
+
+// handler wraps h (nil: do nothing) so the ledger records each call by
+// member.
+func (l *ledger) handler(member string, h runner.Handler) runner.Handler {
+	return func(ctx context.Context, rec runner.Record) error {
+		tp := rec.TP()
+		l.mu.Lock()
+		if l.calls[tp] == nil {
+			l.calls[tp] = map[int64][]string{}
+		}
+		l.calls[tp][rec.Offset] = append(l.calls[tp][rec.Offset], member)
+		l.running[member]++
+		l.total++
+		l.mu.Unlock()
+		var err error
+		if h != nil {
+			err = h(ctx, rec)
+		}
+		l.mu.Lock()
+		l.running[member]--
+		if err == nil {
+			l.completed[tp]++
+		}
+		l.mu.Unlock()
+		return err
+	}
+}
+
+func (l *ledger) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
+}
+
+func (l *ledger) completedOf(tp runner.TP) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.completed[tp]
+}
+
+func (l *ledger) runningIn(member string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.running[member]
+}
+
+// handledBy returns the members that handled tp@offset, in call order.
+func (l *ledger) handledBy(tp runner.TP, offset int64) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.calls[tp][offset])
+}
+
+// offsets returns the offsets of tp that were handled, sorted.
+func (l *ledger) offsets(tp runner.TP) []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []int64
+	for off := range l.calls[tp] {
+		out = append(out, off)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waitFor polls cond every 25ms until it holds or timeout passes, then
+// fails the test naming what it waited for.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !eventually(timeout, cond) {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+// eventually polls cond every 25ms until it holds (true) or timeout passes
+// (false).
+func eventually(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return true
+}
+
+func sortTPs(tps []runner.TP) {
+	slices.SortFunc(tps, func(a, b runner.TP) int {
+		if a.Topic != b.Topic {
+			if a.Topic < b.Topic {
+				return -1
+			}
+			return 1
+		}
+		return int(a.Partition - b.Partition)
+	})
+}
