@@ -11,6 +11,9 @@
 //	sleep  a handler sleeping L per record, K keys, concurrency C: tidemark
 //	       against a sequential one-record-at-a-time consumer, and against
 //	       the theoretical min(C/L, no-op throughput).
+//	adapters  tidemark over the kafka-go adapter against tidemark over the
+//	       franz adapter on the same topic (-records records), with a no-op
+//	       handler (concurrency 64) and with the sleep handler (concurrency C).
 //
 // Usage:
 //
@@ -38,6 +41,7 @@ import (
 
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
+	"github.com/tidemark/tidemark/pkg/source/kafkago"
 )
 
 type result struct {
@@ -91,8 +95,8 @@ func main() {
 	if c.brokers == "" {
 		fail(errors.New("no brokers: pass -brokers or set TIDEMARK_KAFKA_BROKERS (scripts/testbed up && source .testbed/env)"))
 	}
-	if c.workload != "noop" && c.workload != "sleep" && c.workload != "all" {
-		fail(fmt.Errorf("-workload %q: want noop, sleep or all", c.workload))
+	if c.workload != "noop" && c.workload != "sleep" && c.workload != "all" && c.workload != "adapters" {
+		fail(fmt.Errorf("-workload %q: want noop, sleep, adapters or all", c.workload))
 	}
 	profile = c.cpuProfile
 	var results []result
@@ -107,6 +111,13 @@ func main() {
 	}
 	if c.workload == "sleep" || c.workload == "all" {
 		rs, err := sleepy(c, ceiling)
+		if err != nil {
+			fail(err)
+		}
+		results = append(results, rs...)
+	}
+	if c.workload == "adapters" {
+		rs, err := adapters(c)
 		if err != nil {
 			fail(err)
 		}
@@ -247,12 +258,27 @@ var profile string
 // tidemark runs the runner over the franz adapter until n records were
 // handled, and returns the time from the first handled record.
 func tidemark(c config, topic string, n int, conc int, h func()) (time.Duration, error) {
+	return tidemarkOn(c, "franz", topic, n, conc, h)
+}
+
+// tidemarkOn is tidemark over the named adapter (franz or kafkago).
+func tidemarkOn(c config, adapter, topic string, n int, conc int, h func()) (time.Duration, error) {
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	fopts := []franz.Option{franz.Logger(quiet)}
-	if c.partBytes > 0 {
-		fopts = append(fopts, franz.ClientOptions(kgo.FetchMaxPartitionBytes(int32(c.partBytes))))
+	group := fmt.Sprintf("tidemark-%s-%d", adapter, time.Now().UnixNano())
+	var src runner.Source
+	var err error
+	switch adapter {
+	case "franz":
+		fopts := []franz.Option{franz.Logger(quiet)}
+		if c.partBytes > 0 {
+			fopts = append(fopts, franz.ClientOptions(kgo.FetchMaxPartitionBytes(int32(c.partBytes))))
+		}
+		src, err = franz.New(brokers(c), group, []string{topic}, fopts...)
+	case "kafkago":
+		src, err = kafkago.New(brokers(c), group, []string{topic}, kafkago.Logger(quiet))
+	default:
+		err = fmt.Errorf("unknown adapter %q", adapter)
 	}
-	src, err := franz.New(brokers(c), fmt.Sprintf("tidemark-%d", time.Now().UnixNano()), []string{topic}, fopts...)
 	if err != nil {
 		return 0, err
 	}
@@ -353,4 +379,38 @@ func sleepy(c config, ceiling float64) ([]result, error) {
 	t.Ratio = t.PerSecond / s.PerSecond
 	t.OfTheory = t.PerSecond / theory
 	return []result{s, t}, nil
+}
+
+// adapters runs tidemark over both adapters on one topic, no-op and sleepy.
+func adapters(c config) ([]result, error) {
+	topic, err := setup(c, "adapters", c.records)
+	if err != nil {
+		return nil, err
+	}
+	var out []result
+	for _, w := range []struct {
+		name string
+		conc int
+		h    func()
+	}{
+		{"noop", 64, func() {}},
+		{"sleep " + c.sleep.String(), c.concurrency, func() { time.Sleep(c.sleep) }},
+	} {
+		var franzRate float64
+		for _, adapter := range []string{"franz", "kafkago"} {
+			took, err := tidemarkOn(c, adapter, topic, c.records, w.conc, w.h)
+			if err != nil {
+				return nil, fmt.Errorf("%s over %s: %w", w.name, adapter, err)
+			}
+			r := result{Workload: w.name, Consumer: fmt.Sprintf("tidemark over %s (key order, %d)", adapter, w.conc),
+				Records: c.records, Seconds: took.Seconds(), PerSecond: float64(c.records) / took.Seconds()}
+			if adapter == "franz" {
+				franzRate = r.PerSecond
+			} else {
+				r.Baseline, r.Ratio = "tidemark over franz", r.PerSecond/franzRate
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
