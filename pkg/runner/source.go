@@ -88,7 +88,8 @@ type Sink interface {
 	Lost(ctx context.Context, tps []TP) error
 	// Fetched hands over records. It returns how many records the next poll
 	// may take without pushing any unpaused partition past its high water
-	// mark (at least 1).
+	// mark (at least 1). Called with no batches it only returns that budget:
+	// sources call it so before their first poll.
 	Fetched(ctx context.Context, batches []Batch) (budget int, err error)
 }
 
