@@ -305,11 +305,11 @@ func run(cfg config, log *slog.Logger) int {
 	case err := <-runDone:
 		// The runner stopped by itself (a fatal source error): close the
 		// rest and report it.
-		log.Error("runner stopped", "err", err)
-		_ = coord.Stop(nil)
 		if err == nil {
 			err = errors.New("runner stopped unexpectedly")
 		}
+		log.Error("runner stopped", "err", err)
+		_ = coord.Stop(nil)
 		return 1
 	}
 	code := shutdown.ExitCode(stopErr)

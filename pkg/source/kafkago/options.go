@@ -162,26 +162,26 @@ func (c *config) validate() error {
 		return &ConfigError{Option: opt, Reason: fmt.Sprintf(format, a...)}
 	}
 	// The group protocol carries the timings in int32 milliseconds.
-	const maxMillis = time.Duration(math.MaxInt32) * time.Millisecond
+	const maxTiming = time.Duration(math.MaxInt32) * time.Millisecond
 	switch {
-	case c.sessionTimeout <= 0 || c.sessionTimeout > maxMillis:
-		return bad("SessionTimeout", "%v is not in (0, %v]", c.sessionTimeout, maxMillis)
-	case c.rebalanceTimeout <= 0 || c.rebalanceTimeout > maxMillis:
-		return bad("RebalanceTimeout", "%v is not in (0, %v]", c.rebalanceTimeout, maxMillis)
+	case c.sessionTimeout <= 0 || c.sessionTimeout > maxTiming:
+		return bad("SessionTimeout", "%v is not in (0, %v]", c.sessionTimeout, maxTiming)
+	case c.rebalanceTimeout <= 0 || c.rebalanceTimeout > maxTiming:
+		return bad("RebalanceTimeout", "%v is not in (0, %v]", c.rebalanceTimeout, maxTiming)
 	case c.heartbeatInterval <= 0:
 		return bad("HeartbeatInterval", "%v is not positive", c.heartbeatInterval)
 	case c.heartbeatInterval >= min(c.sessionTimeout, c.rebalanceTimeout):
 		return bad("HeartbeatInterval", "%v is not below both the session timeout %v and the rebalance timeout %v", c.heartbeatInterval, c.sessionTimeout, c.rebalanceTimeout)
-	case c.joinGroupBackoff <= 0 || c.joinGroupBackoff > maxMillis:
-		return bad("JoinGroupBackoff", "%v is not in (0, %v]", c.joinGroupBackoff, maxMillis)
+	case c.joinGroupBackoff <= 0 || c.joinGroupBackoff > maxTiming:
+		return bad("JoinGroupBackoff", "%v is not in (0, %v]", c.joinGroupBackoff, maxTiming)
 	case c.startOffset != kafka.FirstOffset && c.startOffset != kafka.LastOffset:
 		return bad("StartOffset", "%d is neither kafka.FirstOffset nor kafka.LastOffset", c.startOffset)
 	case c.minBytes < 1:
 		return bad("MinBytes", "%d is not positive", c.minBytes)
 	case c.maxBytes < c.minBytes || c.maxBytes > math.MaxInt32:
 		return bad("MaxBytes", "%d is not in [MinBytes %d, %d]", c.maxBytes, c.minBytes, math.MaxInt32)
-	case c.maxWait < time.Millisecond || c.maxWait > maxMillis:
-		return bad("MaxWait", "%v is not in [1ms, %v]", c.maxWait, maxMillis)
+	case c.maxWait < time.Millisecond || c.maxWait > maxTiming:
+		return bad("MaxWait", "%v is not in [1ms, %v]", c.maxWait, maxTiming)
 	case c.dialer == nil:
 		return bad("Dialer", "nil dialer")
 	case c.logger == nil:
