@@ -162,12 +162,33 @@ func (b *batcher) lead(it *item, p *pending) error {
 	}
 	it.state = itemTaken
 	batch := []*item{it}
-	n := min(len(p.queue), b.s.cfg.batch-1)
-	for _, q := range p.queue[:n] {
+	// Two records with the same dedup key never share a batch: the batch
+	// claims all its rows in one statement, so the second would be taken
+	// for a replay of the first — and reported done — even if the first's
+	// effect then rolled back to its savepoint. In separate transactions the
+	// second waits for the first's row and claims the key if it rolled back.
+	var keys map[string]bool
+	if it.key != nil {
+		keys = map[string]bool{*it.key: true}
+	}
+	rest := p.queue[:0]
+	for _, q := range p.queue {
+		dup := q.key != nil && keys[*q.key]
+		if len(batch) == b.s.cfg.batch || dup {
+			rest = append(rest, q)
+			continue
+		}
+		if q.key != nil {
+			if keys == nil {
+				keys = map[string]bool{}
+			}
+			keys[*q.key] = true
+		}
 		q.state = itemTaken
 		batch = append(batch, q)
 	}
-	p.queue = slices.Delete(p.queue, 0, n)
+	clear(p.queue[len(rest):])
+	p.queue = rest
 	b.mu.Unlock()
 
 	b.run(batch)
