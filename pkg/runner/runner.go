@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"sort"
 	"strings"
@@ -55,6 +56,7 @@ type Runner struct {
 	resumeBuf    []TP
 	free         []*task
 	freeLanes    []*lane
+	keySeed      maphash.Seed // hashes KeyOrder's keys into lanes
 	drains       []*drain
 	drainTimer   *time.Timer
 	committing   *commitReq
@@ -94,6 +96,7 @@ func New(src Source, opts ...Option) (*Runner, error) {
 		runDone:   make(chan struct{}),
 		table:     rebalance.NewTable(),
 		parts:     map[TP]*partState{},
+		keySeed:   maphash.MakeSeed(),
 	}
 	r.workq.cond.L = &r.workq.mu
 	if cfg.policy.kind == policyDeadLetter {
@@ -398,7 +401,7 @@ func (r *Runner) assign(a Assignment, applied Applied) {
 	ps := &partState{p: p, epoch: p.Epoch(), tp: a.TP, ctx: ctx, cancel: cancel, pendingPos: -1, hwm: -1, applied: applied}
 	switch r.cfg.ordering {
 	case KeyOrder:
-		ps.lanes = map[string]*lane{}
+		ps.lanes = map[uint64]*lane{}
 	case PartitionOrder:
 		ps.lane = &lane{}
 	}
@@ -468,10 +471,11 @@ func (r *Runner) enqueue(ps *partState, t *task) {
 	switch r.cfg.ordering {
 	case KeyOrder:
 		if t.rec.Key != nil {
-			l = ps.lanes[string(t.rec.Key)]
+			h := maphash.Bytes(r.keySeed, t.rec.Key)
+			l = ps.lanes[h]
 			if l == nil {
-				l = r.newLane(string(t.rec.Key))
-				ps.lanes[l.key] = l
+				l = r.newLane(h)
+				ps.lanes[h] = l
 			}
 		}
 	case PartitionOrder:
@@ -944,7 +948,7 @@ func (r *Runner) freeTask(t *task) {
 	r.free = append(r.free, t)
 }
 
-func (r *Runner) newLane(key string) *lane {
+func (r *Runner) newLane(key uint64) *lane {
 	if n := len(r.freeLanes); n > 0 {
 		l := r.freeLanes[n-1]
 		r.freeLanes = r.freeLanes[:n-1]

@@ -81,7 +81,7 @@ func (q *queue) pop() *task {
 // lane serializes the records of one key (KeyOrder) or one partition
 // (PartitionOrder): at most one of its tasks is ready or in flight at a time.
 type lane struct {
-	key     string
+	key     uint64 // the key's hash (KeyOrder)
 	busy    bool
 	waiting queue
 }
@@ -98,8 +98,11 @@ type partState struct {
 	cancel  context.CancelFunc
 	applied Applied // from the assign hook; read by workers
 
-	lanes map[string]*lane // KeyOrder
-	lane  *lane            // PartitionOrder
+	// lanes holds KeyOrder's lanes by the hash of the key (seeded per
+	// runner). Two keys whose 64-bit hashes collide share a lane: they run
+	// one after the other, which costs parallelism, never order.
+	lanes map[uint64]*lane
+	lane  *lane // PartitionOrder
 
 	count     int   // buffered + in flight
 	bytes     int64 // buffered + in flight
