@@ -120,10 +120,14 @@ func (t *telemetry) unregister() {
 	}
 }
 
-func (t *telemetry) handled(ctx context.Context, topic string, d time.Duration) {
+// handled counts a handled record and, when timed, records the time since
+// start.
+func (t *telemetry) handled(ctx context.Context, topic string, timed bool, start time.Time) {
 	a := t.topicAttrs[topic] // zero (no attributes) for an unregistered topic
 	t.handledC.Add(ctx, 1, a.add...)
-	t.duration.Record(ctx, d.Seconds(), a.rec...)
+	if timed {
+		t.duration.Record(ctx, time.Since(start).Seconds(), a.rec...)
+	}
 }
 
 func (t *telemetry) failed(ctx context.Context, topic string) {
