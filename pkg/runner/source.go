@@ -89,7 +89,8 @@ type Sink interface {
 	// Fetched hands over records. It returns how many records the next poll
 	// may take without pushing any unpaused partition past its high water
 	// mark (at least 1). Called with no batches it only returns that budget:
-	// sources call it so before their first poll.
+	// sources call it so before their first poll. The runner copies what it
+	// keeps: the source may reuse the batches' memory once it returned.
 	Fetched(ctx context.Context, batches []Batch) (budget int, err error)
 }
 
