@@ -120,3 +120,23 @@ func (m *meter) sum(t *testing.T, name string) int64 {
 	}
 	return total
 }
+
+// count returns the number of measurements of a Float64 histogram.
+func (m *meter) count(t *testing.T, name string) uint64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := m.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, mm := range sm.Metrics {
+			if h, ok := mm.Data.(metricdata.Histogram[float64]); ok && mm.Name == name {
+				for _, dp := range h.DataPoints {
+					n += dp.Count
+				}
+			}
+		}
+	}
+	return n
+}
