@@ -26,8 +26,18 @@ INTEGRATION_TIMEOUT ?= 12m
 INTEGRATION_PKGS := ./integration/... $(sort $(patsubst %/,%,$(dir $(shell \
 	grep -rlE --include='*_test.go' --exclude-dir=.git --exclude-dir=.testbed \
 		'^//go:build.*\bintegration\b' . 2>/dev/null | grep -v '^\./integration/'))))
+# The chaos suite restarts the bed's broker and database, so it runs alone,
+# after the other integration tests (docs/chaos.md). CHAOS_DURATION is its
+# fault phase in make test; make soak DURATION=10m runs it for longer.
+# CHAOS=0 leaves it out (it needs scripts/testbed's bed, not your own
+# Kafka and PostgreSQL).
+CHAOS_PKG := ./integration/chaos
+CHAOS ?= 1
+CHAOS_DURATION ?= 75s
+DURATION ?= 10m
+SOAK_TIMEOUT ?= 4h
 
-.PHONY: help test vet unit integration demo quickstart testbed-up testbed-down testbed-status
+.PHONY: help test vet unit integration soak demo quickstart testbed-up testbed-down testbed-status
 
 help:
 	@echo 'make demo            test bed up, then the orders demo (examples/orders/demo)'
@@ -35,6 +45,7 @@ help:
 	@echo 'make vet             go vet, with and without the integration tag'
 	@echo 'make unit            go test -race ./... (no servers)'
 	@echo 'make integration     integration tests against a running bed (.testbed/env or TIDEMARK_* variables)'
+	@echo 'make soak            the chaos suite for DURATION (default 10m) on the test bed (docs/chaos.md)'
 	@echo 'make testbed-up      scripts/testbed up'
 	@echo 'make testbed-down    scripts/testbed down'
 	@echo 'make testbed-status  scripts/testbed status'
@@ -69,8 +80,26 @@ unit:
 integration:
 	@if [ -z "$${TIDEMARK_KAFKA_BROKERS:-}" ] && [ -f "$(BED_ENV)" ]; then . "$(BED_ENV)"; fi; \
 	set -x; \
-	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration $(INTEGRATION_PKGS); \
-	$(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '^TestBoundedMemory$$' ./integration/
+	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration \
+		$$($(GO) list -tags integration $(INTEGRATION_PKGS) | grep -vx '.*/integration/chaos'); \
+	$(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '^TestBoundedMemory$$' ./integration/; \
+	if [ "$(CHAOS)" != 0 ]; then \
+		TIDEMARK_CHAOS_DURATION=$${TIDEMARK_CHAOS_DURATION:-$(CHAOS_DURATION)} \
+			$(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout $(INTEGRATION_TIMEOUT) -tags integration $(CHAOS_PKG); \
+	fi
+
+# The chaos suite as a soak: DURATION of faults (make soak DURATION=30m).
+# Starts the bed like make test and stops it afterwards unless it was
+# already running. TIDEMARK_CHAOS_SEED replays a run, TIDEMARK_CHAOS_SUMMARY
+# names a JSON file for the summary.
+soak:
+	@status=0; was_up=; \
+	if $(TESTBED) status >/dev/null 2>&1; then was_up=1; fi; \
+	{ $(TESTBED) up && . "$(BED_ENV)" && \
+		TIDEMARK_CHAOS_DURATION=$(DURATION) $(GO) test -race -count=1 -v -run '^TestChaos$$' \
+			-timeout $(SOAK_TIMEOUT) -tags integration $(CHAOS_PKG); } || status=$$?; \
+	if [ -z "$$was_up" ]; then $(TESTBED) down || true; fi; \
+	exit $$status
 
 # The main job: the orders example on the bed — 100,000 orders, two
 # instances in one group, one stopped with SIGTERM halfway and restarted,

@@ -16,6 +16,13 @@
 //	-concurrency handlers at once (default 64) [ORDERS_CONCURRENCY]
 //	-instance-id static group membership id, e.g. the pod name [ORDERS_INSTANCE_ID]
 //	-delay       extra latency per order, for demos and tests (default 0) [ORDERS_DELAY]
+//	-session-timeout  group session timeout (default 10s) [ORDERS_SESSION_TIMEOUT]
+//
+// A malformed order goes to the dead-letter topic after 5 attempts. Any
+// other failure — the database down or restarting, a connection lost — is
+// not the order's fault: the handler retries it itself with backoff until
+// it succeeds or the partition is taken away, so an outage never
+// dead-letters good orders.
 //
 // Exit status: 0 after a clean stop, 3 when the drain budget ran out (the
 // unfinished orders are left to the next owner; nothing is lost), 4 when a
@@ -30,6 +37,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -71,6 +79,7 @@ type config struct {
 	concurrency int
 	instanceID  string
 	delay       time.Duration
+	session     time.Duration
 	budget      time.Duration
 }
 
@@ -103,6 +112,7 @@ func parseConfig(args []string) (config, error) {
 	conc := fs.String("concurrency", env("ORDERS_CONCURRENCY", "64"), "handlers at once")
 	fs.StringVar(&c.instanceID, "instance-id", env("ORDERS_INSTANCE_ID", ""), "static membership id")
 	delay := fs.String("delay", env("ORDERS_DELAY", "0s"), "extra latency per order")
+	session := fs.String("session-timeout", env("ORDERS_SESSION_TIMEOUT", "10s"), "group session timeout")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -126,6 +136,9 @@ func parseConfig(args []string) (config, error) {
 	if c.delay, err = time.ParseDuration(*delay); err != nil || c.delay < 0 {
 		return c, fmt.Errorf("-delay / ORDERS_DELAY %q: want a duration such as 5ms", *delay)
 	}
+	if c.session, err = time.ParseDuration(*session); err != nil || c.session < time.Second {
+		return c, fmt.Errorf("-session-timeout / ORDERS_SESSION_TIMEOUT %q: want a duration of at least 1s", *session)
+	}
 	if c.budget, err = shutdown.BudgetFromEnv(); err != nil {
 		return c, err
 	}
@@ -135,7 +148,11 @@ func parseConfig(args []string) (config, error) {
 	return c, nil
 }
 
-// Schema is the example's business tables; the inbox has its own.
+// Schema is the example's business tables; the inbox has its own. An
+// order's seq is taken from a sequence when its row is inserted: one
+// customer's orders are applied one at a time, so ordered by seq they are in
+// the order they were applied (integration/chaos checks it against their
+// offsets).
 const Schema = `
 CREATE TABLE IF NOT EXISTS orders (
 	id           text PRIMARY KEY,
@@ -144,7 +161,8 @@ CREATE TABLE IF NOT EXISTS orders (
 	topic        text NOT NULL,
 	part         int NOT NULL,
 	"offset"     bigint NOT NULL,
-	applied_at   timestamptz NOT NULL DEFAULT now()
+	applied_at   timestamptz NOT NULL DEFAULT now(),
+	seq          bigserial NOT NULL
 );
 CREATE TABLE IF NOT EXISTS customer_totals (
 	customer     text PRIMARY KEY,
@@ -170,14 +188,17 @@ func createTables(ctx context.Context, pool *pgxpool.Pool) error {
 	return tx.Commit(ctx)
 }
 
+// errMalformed marks an order that no retry can apply.
+var errMalformed = errors.New("malformed order")
+
 // apply writes one order's effect in the inbox's transaction.
 func apply(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
 	var o Order
 	if err := json.Unmarshal(rec.Value, &o); err != nil {
-		return fmt.Errorf("order %s: malformed JSON: %w", rec.String(), err)
+		return fmt.Errorf("order %s: %w: %w", rec.String(), errMalformed, err)
 	}
 	if o.ID == "" || o.Customer == "" {
-		return fmt.Errorf("order %s: missing id or customer", rec.String())
+		return fmt.Errorf("order %s: %w: missing id or customer", rec.String(), errMalformed)
 	}
 	// A second record with the same order id is a producer retry, not a new
 	// order: the primary key makes it a no-op for the totals as well.
@@ -233,7 +254,8 @@ func run(cfg config, log *slog.Logger) int {
 		return fail("topics", err)
 	}
 
-	fopts := []franz.Option{franz.Logger(log), franz.SessionTimeout(10 * time.Second), franz.HeartbeatInterval(time.Second)}
+	fopts := []franz.Option{franz.Logger(log), franz.SessionTimeout(cfg.session),
+		franz.HeartbeatInterval(min(time.Second, cfg.session/3))}
 	if cfg.instanceID != "" {
 		fopts = append(fopts, franz.InstanceID(cfg.instanceID))
 	}
@@ -253,7 +275,7 @@ func run(cfg config, log *slog.Logger) int {
 		return apply(ctx, tx, rec)
 	})
 	r, err := runner.New(src,
-		runner.Handle(cfg.topic, handle),
+		runner.Handle(cfg.topic, retryTransient(handle, log)),
 		runner.OnAssign(store.AssignHook()),
 		runner.Concurrency(cfg.concurrency),
 		runner.Failure(runner.DeadLetter(cfg.dlq, 5, nil)),
@@ -315,6 +337,40 @@ func run(cfg config, log *slog.Logger) int {
 	code := shutdown.ExitCode(stopErr)
 	log.Info("exiting", "status", code)
 	return code
+}
+
+// retryTransient retries h until it succeeds, unless the order is
+// malformed, the partition's lease moved on (runner.ErrFenced: the new owner
+// applies it) or ctx ends. The runner's DeadLetter policy counts attempts
+// whatever failed; a database restart makes every order fail for a few
+// seconds, and without this those orders would be dead-lettered — their
+// effects lost — after 5 quick attempts. Here only malformed orders reach
+// the policy.
+func retryTransient(h runner.Handler, log *slog.Logger) runner.Handler {
+	return func(ctx context.Context, rec runner.Record) error {
+		for attempt := 1; ; attempt++ {
+			err := h(ctx, rec)
+			if err == nil || errors.Is(err, errMalformed) || errors.Is(err, runner.ErrFenced) || ctx.Err() != nil {
+				if err == nil && attempt > 1 {
+					log.Info("order applied after retries", "record", rec.String(), "attempts", attempt)
+				}
+				return err
+			}
+			if attempt == 1 || attempt%20 == 0 {
+				log.Warn("order failed; retrying until the database answers", "record", rec.String(), "attempt", attempt, "err", err)
+			}
+			// 50 ms doubling to 2 s, with jitter, so a restarted database
+			// is not met by every handler at once.
+			d := 50 * time.Millisecond << min(attempt-1, 5)
+			t := time.NewTimer(d/2 + time.Duration(rand.Int64N(int64(d/2)+1)))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return err
+			}
+		}
+	}
 }
 
 // ensureTopics creates the dead-letter topic (same partition count as the

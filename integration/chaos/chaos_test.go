@@ -1,0 +1,573 @@
+//go:build integration
+
+package chaos_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/integration/bed"
+)
+
+// The knobs of a run; docs/chaos.md lists them.
+const (
+	partitions     = 8
+	customers      = 200 // keys; 25 per partition on average
+	sessionTimeout = 6 * time.Second
+	pauseFor       = sessionTimeout + 2*time.Second // SIGSTOP → SIGCONT
+	sampleEvery    = 250 * time.Millisecond
+	recoverWithin  = 2 * time.Minute // a fault not recovered by then is a hang
+	initialProcs   = 3
+	maxProcs       = 5
+)
+
+// The kinds of fault.
+const (
+	faultKill     = "kill9"            // SIGKILL one consumer
+	faultTerm     = "sigterm"          // SIGTERM one consumer (graceful stop)
+	faultStart    = "start"            // start one more consumer
+	faultPause    = "pause"            // SIGSTOP one consumer past its session timeout, then SIGCONT
+	faultKafka    = "restart-kafka"    // restart the broker (half of them SIGKILL)
+	faultPostgres = "restart-postgres" // restart PostgreSQL (half of them immediate shutdown)
+)
+
+var faultKinds = []string{faultKill, faultTerm, faultStart, faultPause, faultKafka, faultPostgres}
+
+// faultStats is what the summary says about one kind of fault.
+type faultStats struct {
+	Count         int     `json:"count"`
+	WorstRecovery float64 `json:"worst_recovery_s"`
+	MeanRecovery  float64 `json:"mean_recovery_s"`
+	total         time.Duration
+}
+
+// summary is the JSON written to TIDEMARK_CHAOS_SUMMARY.
+type summary struct {
+	Seed            uint64                 `json:"seed"`
+	FaultPhase      float64                `json:"fault_phase_s"`
+	Total           float64                `json:"total_s"`
+	Partitions      int                    `json:"partitions"`
+	Produced        int                    `json:"produced"`
+	ProduceFailed   int64                  `json:"produce_failed"`
+	ConsumersRun    int                    `json:"consumers_started"`
+	Faults          map[string]*faultStats `json:"faults"`
+	FaultsTotal     int                    `json:"faults_total"`
+	WorstRecovery   float64                `json:"worst_recovery_s"`
+	WorstKind       string                 `json:"worst_recovery_fault"`
+	FinalCatchUp    float64                `json:"final_catch_up_s"`
+	Samples         int                    `json:"offset_samples"`
+	SamplesFailed   int                    `json:"offset_samples_failed"`
+	Lost            int                    `json:"lost"`
+	Duplicated      int                    `json:"duplicated"`
+	OrderViolations int                    `json:"key_order_violations"`
+	BackwardCommits int                    `json:"backward_commits"`
+	DeadLettered    int64                  `json:"dead_lettered"`
+	Pass            bool                   `json:"pass"`
+}
+
+// TestChaos is the chaos suite; the package documentation and
+// docs/chaos.md say what it does.
+func TestChaos(t *testing.T) {
+	began := time.Now()
+	duration := envDuration(t, "TIDEMARK_CHAOS_DURATION", 75*time.Second)
+	rate := envInt(t, "TIDEMARK_CHAOS_RATE", 300)
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("TIDEMARK_CHAOS_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("TIDEMARK_CHAOS_SEED=%q: want an unsigned integer", s)
+		}
+		seed = v
+	}
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	t.Logf("chaos: seed %d (replay with TIDEMARK_CHAOS_SEED=%d), %s of faults, %d orders/s", seed, seed, duration, rate)
+
+	brokers := bed.Kafka(t)
+	testbed := checkTestbed(t, brokers)
+	pool := bed.PG(t)
+	ctx := context.Background()
+	var schema string
+	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	topic, group := bed.Topic(t, partitions), bed.Group(t)
+	dlq := topic + ".dlq"
+	adm := bed.Admin(t)
+	t.Cleanup(func() { // registered after bed.Topic's: runs before it
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = adm.DeleteTopic(ctx, dlq)
+	})
+
+	// A service restart that fails half-way must not leave the bed down
+	// for whatever runs next.
+	var restartFailed atomic.Bool
+	t.Cleanup(func() {
+		if restartFailed.Load() {
+			for _, svc := range []string{"kafka", "postgres"} {
+				if out, err := exec.Command(testbed, "start", svc).CombinedOutput(); err != nil {
+					t.Logf("cleanup: scripts/testbed start %s: %v\n%s", svc, err, out)
+				}
+			}
+		}
+	})
+
+	logDir := logDirectory(t)
+	bin := filepath.Join(t.TempDir(), "orders")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/orders").CombinedOutput(); err != nil {
+		t.Fatalf("go build examples/orders: %v\n%s", err, out)
+	}
+	dsn := os.Getenv("TIDEMARK_PG_DSN")
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	// synchronous_commit=on: the bed turns it off for speed, and then a
+	// COMMIT is acknowledged before its WAL is written, so a PostgreSQL
+	// crash (restart --kill) loses the last ~200 ms of acknowledged
+	// transactions — effects the consumers rightly took as applied and
+	// committed past (seed 1795946294864521435 lost 10 that way). A
+	// database that forgets commits it acknowledged is outside what the
+	// inbox can promise; with the setting per session, a crash of the
+	// server process loses nothing (fsync stays off: the OS keeps the
+	// written WAL).
+	//
+	// idle_in_transaction_session_timeout is what docs/inbox.md tells
+	// users to set: a frozen consumer's open transaction (and the inbox
+	// rows it claimed) is rolled back after 3 s instead of holding its keys
+	// until the process wakes.
+	svcDSN := dsn + sep + "search_path=" + schema + "&synchronous_commit=on&idle_in_transaction_session_timeout=3000"
+	fl := newFleet(t, bin, logDir,
+		[]string{"-brokers", strings.Join(brokers, ","), "-dsn", svcDSN, "-group", group, "-topic", topic,
+			"-dlq", dlq, "-http", "127.0.0.1:0", "-concurrency", "32", "-session-timeout", sessionTimeout.String()},
+		[]string{"TIDEMARK_SHUTDOWN_BUDGET=10s"})
+
+	// Everything the run starts ends before the test returns.
+	runCtx, stopRun := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	t.Cleanup(func() { stopRun(); bg.Wait() })
+
+	mon := newMonitor(adm, group, topic, partitions, sampleEvery)
+	bg.Add(1)
+	go func() { defer bg.Done(); mon.run(runCtx) }()
+
+	// Two producers, odd and even order numbers, for the whole fault phase.
+	prodCtx, stopProducing := context.WithCancel(runCtx)
+	var produced, prodFailed atomic.Int64
+	var prodWG sync.WaitGroup
+	prodErr := make(chan error, 2)
+	for k := range 2 {
+		prodWG.Add(1)
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			defer prodWG.Done()
+			prodErr <- produce(runCtx, prodCtx, brokers, topic, k, 2, rate/2, &produced, &prodFailed)
+		}()
+	}
+
+	for range initialProcs {
+		if _, err := fl.start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := waitFor(runCtx, time.Minute, func() bool {
+		s := mon.latest()
+		if s == nil {
+			return false
+		}
+		for _, c := range s.committed {
+			if c <= 0 {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		t.Fatalf("the consumers did not start committing every partition within a minute (logs in %s)", logDir)
+	}
+	t.Logf("chaos: %d consumers committing on all %d partitions after %s", initialProcs, partitions, time.Since(began).Round(time.Millisecond))
+
+	// The fault phase: one fault at a time, each followed by the wait for
+	// recovery, then a random pause. Kinds are dealt from shuffled decks so
+	// that every kind occurs once in each round; the first round always
+	// completes, however short the duration.
+	stats := map[string]*faultStats{}
+	for _, k := range faultKinds {
+		stats[k] = &faultStats{}
+	}
+	var worst time.Duration
+	var worstKind string
+	var deck []string
+	faultStart := time.Now()
+	round := 0
+	for n := 1; ; n++ {
+		if len(deck) == 0 {
+			if round > 0 && time.Since(faultStart) >= duration {
+				break
+			}
+			round++
+			deck = slices.Clone(faultKinds)
+			rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
+		}
+		if round > 1 && time.Since(faultStart) >= duration {
+			break
+		}
+		kind := deck[0]
+		deck = deck[1:]
+		kind = feasible(kind, fl)
+		before := mon.latest()
+		at := time.Now()
+		detail, resumed, err := inject(runCtx, &bg, kind, fl, rng, testbed, &restartFailed)
+		if err != nil {
+			t.Fatalf("fault %d (%s): %v", n, kind, err)
+		}
+		took, stuck, ok := waitRecovered(runCtx, mon, before, at, recoverWithin)
+		if resumed != nil {
+			if err := <-resumed; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !ok {
+			s := mon.latest()
+			t.Fatalf("fault %d (%s, %s) at %s: not recovered after %s: partitions %v stuck (committed %v, end %v); consumer logs in %s; seed %d",
+				n, kind, detail, at.Format("15:04:05.000"), recoverWithin, stuck, s.committed, s.end, logDir, seed)
+		}
+		st := stats[kind]
+		st.Count++
+		st.total += took
+		if took > time.Duration(st.WorstRecovery*float64(time.Second)) {
+			st.WorstRecovery = took.Seconds()
+		}
+		if took > worst {
+			worst, worstKind = took, kind
+		}
+		t.Logf("chaos: fault %2d at %6.1fs %-16s %-34s recovered in %s (lag %d, %d consumers)",
+			n, at.Sub(faultStart).Seconds(), kind, detail, took.Round(10*time.Millisecond), mon.latest().lag(), len(fl.running(false)))
+		if u := fl.unexpected(); len(u) > 0 {
+			t.Fatalf("a consumer died without being told to: %s; seed %d", strings.Join(u, "; "), seed)
+		}
+		sleep(runCtx, time.Duration(500+rng.IntN(2500))*time.Millisecond)
+	}
+	faultPhase := time.Since(faultStart)
+
+	// The end: producers stop, the consumers catch up, then stop.
+	stopProducing()
+	prodWG.Wait()
+	for range 2 {
+		if err := <-prodErr; err != nil {
+			t.Fatalf("producer: %v", err)
+		}
+	}
+	if len(fl.running(true)) == 0 {
+		if _, err := fl.start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	catchUp := time.Now()
+	if err := waitFor(runCtx, 3*time.Minute, func() bool { s := mon.latest(); return s != nil && s.at.After(catchUp) && s.caughtUp() }); err != nil {
+		s := mon.latest()
+		t.Fatalf("the group did not commit the end offsets within 3 minutes of the last fault: committed %v, end %v; logs in %s; seed %d",
+			s.committed, s.end, logDir, seed)
+	}
+	catchUpTook := time.Since(catchUp)
+	for _, c := range fl.running(false) {
+		code, err := fl.stop(c, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code != 0 {
+			t.Errorf("%s exited %d after the final SIGTERM, want 0 (log %s)", c.name, code, c.log)
+		}
+	}
+	if u := fl.unexpected(); len(u) > 0 {
+		t.Errorf("a consumer died without being told to: %s", strings.Join(u, "; "))
+	}
+	stopRun()
+	bg.Wait()
+
+	// The checks.
+	recs := readBack(t, brokers, topic)
+	res := check(t, pool, group, topic, recs)
+	dead := deadLettered(t, dlq)
+	backward := mon.backwardCommits()
+	ok, failed := mon.counts()
+
+	sum := summary{
+		Seed: seed, FaultPhase: faultPhase.Seconds(), Total: time.Since(began).Seconds(), Partitions: partitions,
+		Produced: len(recs), ProduceFailed: prodFailed.Load(), ConsumersRun: fl.started(), Faults: stats,
+		WorstRecovery: worst.Seconds(), WorstKind: worstKind, FinalCatchUp: catchUpTook.Seconds(),
+		Samples: ok, SamplesFailed: failed, Lost: res.lost, Duplicated: res.duplicated,
+		OrderViolations: res.orderViolations, BackwardCommits: len(backward), DeadLettered: dead,
+	}
+	for _, st := range stats {
+		sum.FaultsTotal += st.Count
+		if st.Count > 0 {
+			st.MeanRecovery = (st.total / time.Duration(st.Count)).Seconds()
+		}
+	}
+	for _, b := range backward {
+		t.Errorf("committed offset went backward: %s", b)
+	}
+	if dead > 0 {
+		t.Errorf("%d orders were dead-lettered: no order of this run is malformed", dead)
+	}
+	if prodFailed.Load() > 0 {
+		t.Logf("chaos: %d produce requests failed for good (not in the topic, not expected)", prodFailed.Load())
+	}
+	sum.Pass = !t.Failed()
+	report(t, sum)
+	if sum.Pass {
+		_ = os.RemoveAll(logDir)
+	} else {
+		t.Logf("chaos: consumer logs kept in %s; replay with TIDEMARK_CHAOS_SEED=%d", logDir, seed)
+	}
+}
+
+// feasible returns kind, or another kind when kind cannot run now: at least
+// two consumers must be consuming before one is killed, stopped or paused,
+// and at most maxProcs run at once.
+func feasible(kind string, fl *fleet) string {
+	active, running := len(fl.running(true)), len(fl.running(false))
+	switch kind {
+	case faultKill, faultTerm, faultPause:
+		if active < 2 {
+			return faultStart
+		}
+	case faultStart:
+		if running >= maxProcs {
+			return faultTerm
+		}
+	}
+	return kind
+}
+
+// inject starts one fault and returns a description. For a pause it returns
+// a channel that receives the outcome of the SIGCONT, sent pauseFor later
+// (or as soon as ctx ends) by a goroutine counted in bg.
+func inject(ctx context.Context, bg *sync.WaitGroup, kind string, fl *fleet, rng *rand.Rand, testbed string, restartFailed *atomic.Bool) (string, <-chan error, error) {
+	pick := func() *consumer {
+		cs := fl.running(true)
+		return cs[rng.IntN(len(cs))]
+	}
+	switch kind {
+	case faultKill:
+		c := pick()
+		return c.name, nil, fl.signal(c, syscall.SIGKILL)
+	case faultTerm:
+		c := pick()
+		start := time.Now()
+		code, err := fl.stop(c, 30*time.Second)
+		if err != nil {
+			return c.name, nil, err
+		}
+		// 3 is a drain that ran out of budget: allowed (the next owner
+		// replays), and worth seeing in the log.
+		if code != 0 && code != 3 {
+			return c.name, nil, fmt.Errorf("%s exited %d after SIGTERM, want 0 or 3 (log %s)", c.name, code, c.log)
+		}
+		return fmt.Sprintf("%s exit %d in %s", c.name, code, time.Since(start).Round(10*time.Millisecond)), nil, nil
+	case faultStart:
+		c, err := fl.start()
+		if err != nil {
+			return "", nil, err
+		}
+		return c.name, nil, nil
+	case faultPause:
+		c := pick()
+		if err := fl.signal(c, syscall.SIGSTOP); err != nil {
+			return c.name, nil, err
+		}
+		resumed := make(chan error, 1)
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			sleep(ctx, pauseFor)
+			resumed <- fl.signal(c, syscall.SIGCONT)
+		}()
+		return fmt.Sprintf("%s for %s", c.name, pauseFor), resumed, nil
+	case faultKafka, faultPostgres:
+		svc := "kafka"
+		if kind == faultPostgres {
+			svc = "postgres"
+		}
+		args := []string{"restart", svc}
+		how := "graceful"
+		if rng.IntN(2) == 0 {
+			args = append(args, "--kill")
+			how = "crash"
+		}
+		start := time.Now()
+		restartFailed.Store(true)
+		out, err := exec.Command(testbed, args...).CombinedOutput()
+		if err != nil {
+			return how, nil, fmt.Errorf("scripts/testbed %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		restartFailed.Store(false)
+		return fmt.Sprintf("%s, down+up %s", how, time.Since(start).Round(10*time.Millisecond)), nil, nil
+	}
+	return "", nil, fmt.Errorf("unknown fault %q", kind)
+}
+
+// waitRecovered waits until every partition has recovered (see recovered)
+// in a sample taken after the fault, and returns the time from the fault to
+// that sample.
+func waitRecovered(ctx context.Context, mon *monitor, before *sample, at time.Time, within time.Duration) (time.Duration, []int32, bool) {
+	deadline := time.Now().Add(within)
+	var stuck []int32
+	for time.Now().Before(deadline) {
+		if s := mon.latest(); s != nil && s.at.After(at) {
+			var ok bool
+			if ok, stuck = recovered(before, s); ok {
+				return s.at.Sub(at), nil, true
+			}
+		}
+		if !sleep(ctx, 50*time.Millisecond) {
+			break
+		}
+	}
+	return 0, stuck, false
+}
+
+// produce writes orders first, first+step, … at rate per second until ctx
+// ends, then flushes. Order i is keyed by its customer, as examples/orders/
+// produce writes them. A record that fails for good is counted, not
+// retried: the topic read back is the truth the checks use.
+func produce(runCtx, ctx context.Context, brokers []string, topic string, first, step, rate int, produced, failed *atomic.Int64) error {
+	// A buffer that holds a whole broker restart's worth of records, so
+	// Produce does not block while the broker is down.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
+		kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(1<<20))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	began := time.Now()
+	i, sent := first, 0
+	for ctx.Err() == nil {
+		want := int(time.Since(began).Seconds() * float64(rate))
+		for ; sent < want && ctx.Err() == nil; sent++ {
+			c := fmt.Sprintf("customer-%04d", (i*31)%customers)
+			v, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("order-%d", i), "customer": c, "amount_cents": 100 + (i*7919)%10000})
+			// runCtx, not ctx: the records buffered when the fault phase
+			// ends are still delivered; when the test aborts they fail.
+			cl.Produce(runCtx, &kgo.Record{Key: []byte(c), Value: v}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					failed.Add(1)
+				} else {
+					produced.Add(1)
+				}
+			})
+			i += step
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+	// The run's ctx, not the producer's: at the end of the fault phase the
+	// flush waits for the broker; when the test is aborting it does not.
+	fctx, cancel := context.WithTimeout(runCtx, 2*time.Minute)
+	defer cancel()
+	if err := cl.Flush(fctx); err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
+	return nil
+}
+
+// checkTestbed returns the path of scripts/testbed and fails the test unless
+// the bed it manages is the one TIDEMARK_KAFKA_BROKERS names: the suite
+// restarts services with it.
+func checkTestbed(t *testing.T, brokers []string) string {
+	t.Helper()
+	path, err := filepath.Abs("../../scripts/testbed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(path, "status").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "serving on "+strings.Join(brokers, ",")) {
+		t.Fatalf("the chaos suite restarts Kafka and PostgreSQL with scripts/testbed, so it needs the bed that script runs "+
+			"(TIDEMARK_KAFKA_BROKERS=%s); scripts/testbed status said:\n%s\n%s", strings.Join(brokers, ","), out, bed.StartHint)
+	}
+	return path
+}
+
+// logDirectory is where the consumers' logs go: TIDEMARK_CHAOS_LOGS, or a
+// temporary directory removed when the test passes.
+func logDirectory(t *testing.T) string {
+	if d := os.Getenv("TIDEMARK_CHAOS_LOGS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d, err := os.MkdirTemp("", "tidemark-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		t.Fatalf("%s=%q: want a duration such as 90s or 10m", name, s)
+	}
+	return d
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 2 {
+		t.Fatalf("%s=%q: want an integer of at least 2", name, s)
+	}
+	return n
+}
+
+func waitFor(ctx context.Context, within time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s", within)
+		}
+		if !sleep(ctx, 100*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,22 @@
+// Package chaos is tidemark's chaos suite: several processes of the orders
+// example (examples/orders) consume one topic in one group while producers
+// keep writing, and at random moments one consumer is killed with SIGKILL,
+// another stopped with SIGTERM, new ones are started, one is frozen with
+// SIGSTOP past its session timeout, and the Kafka broker and PostgreSQL are
+// restarted. At the end every record must have been applied exactly once
+// (inbox rows and effects, against the topic read back), each key's effects
+// in offset order, and no committed offset may ever have gone backward. The
+// run reports the faults it survived and the worst recovery time.
+//
+// The tests carry the build tag `integration` and need the project's own test
+// bed, because they restart its services with scripts/testbed:
+//
+//	scripts/testbed up && source .testbed/env
+//	go test -race -count=1 -tags integration ./integration/chaos/
+//
+// Do not run them at the same time as other integration tests on the same
+// bed: the broker and database restarts would fail those. `make test` runs
+// this package after the others; `make soak DURATION=10m` runs it alone for
+// longer. docs/chaos.md has the details and the environment variables
+// (TIDEMARK_CHAOS_DURATION, TIDEMARK_CHAOS_SEED, TIDEMARK_CHAOS_SUMMARY, …).
+package chaos
