@@ -343,3 +343,40 @@ func TestLostWaitsForTheCommitInFlight(t *testing.T) {
 		t.Fatal("Lose did not return after the commit was answered")
 	}
 }
+
+// TestFinalCommitFailureReported: a revoke and a shutdown whose final commit
+// is not acknowledged say so, instead of returning as if it had been: the
+// source (and the operator) learn that records will be delivered again.
+func TestFinalCommitFailureReported(t *testing.T) {
+	src := runnertest.New()
+	fill(src, 2, 20, 5)
+	var handled atomic.Int64
+	r := newRunner(t, src, runner.Handle(topic, func(context.Context, runner.Record) error {
+		handled.Add(1)
+		return nil
+	}), runner.CommitInterval(time.Hour)) // only the final commits
+	wait := started(t, r)
+	assign(t, src, tp(0), tp(1))
+	eventually(t, "all handled", func() bool { return handled.Load() == 40 })
+
+	src.FailCommits(1)
+	err := src.Revoke(context.Background(), tp(0))
+	var fce *runner.FinalCommitError
+	if !errors.As(err, &fce) || !errors.Is(err, runnertest.ErrInjected) {
+		t.Fatalf("Revoke with a failing final commit = %v, want a *FinalCommitError wrapping the commit error", err)
+	}
+	if _, ok := src.Committed(tp(0)); ok {
+		t.Fatal("a commit for the revoked partition was recorded although it failed")
+	}
+
+	src.FailCommits(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = r.Shutdown(ctx)
+	if !errors.As(err, &fce) {
+		t.Fatalf("Shutdown with a failing final commit = %v, want a *FinalCommitError", err)
+	}
+	if werr := wait(); !errors.As(werr, &fce) {
+		t.Fatalf("Run = %v, want the *FinalCommitError too", werr)
+	}
+}

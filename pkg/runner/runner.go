@@ -122,8 +122,9 @@ func New(src Source, opts ...Option) (*Runner, error) {
 // fails. When ctx ends, Run stops gracefully as Shutdown does, within the
 // DrainBudget. It returns nil after a clean stop, a *DrainError when handlers
 // were still running at the end of the drain budget (everything before them
-// was committed; they will be replayed), ErrStopped if the Runner already
-// ran, or the source's error. When Run returns, every goroutine it started
+// was committed; they will be replayed), a *FinalCommitError (possibly
+// joined with the *DrainError) when the final commit was not acknowledged,
+// ErrStopped if the Runner already ran, or the source's error. When Run returns, every goroutine it started
 // has returned, provided handlers honour their ctx.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
@@ -190,8 +191,8 @@ func (r *Runner) Run(ctx context.Context) error {
 // source (leaving the group). The drain gets 70% of the time left until ctx's
 // deadline and the final commit and close the rest; without a deadline it
 // waits until the handlers finish or ctx is done. Shutdown returns when Run
-// has returned: nil after a clean stop, the *DrainError Run returned, or
-// ctx.Err() if ctx ended first (then it calls Close). Calling Shutdown
+// has returned: nil after a clean stop, the *DrainError or *FinalCommitError
+// Run returned, or ctx.Err() if ctx ended first (then it calls Close). Calling Shutdown
 // before Run, or after Run returned, returns ErrStopped.
 func (r *Runner) Shutdown(ctx context.Context) error {
 	if !r.started.Load() {
@@ -247,6 +248,21 @@ func (e *DrainError) Error() string {
 
 // Unwrap makes errors.Is(err, context.DeadlineExceeded) true.
 func (e *DrainError) Unwrap() error { return context.DeadlineExceeded }
+
+// FinalCommitError reports that the final commit of a revoke or a shutdown
+// was not acknowledged. Nothing is lost: the group's committed offsets are
+// the last acknowledged ones, and the records after them are delivered
+// again to the next owner (the inbox makes that replay harmless).
+type FinalCommitError struct {
+	Err error // the Source's Commit error
+}
+
+func (e *FinalCommitError) Error() string {
+	return "runner: final commit not acknowledged; records after the last acknowledged offsets will be delivered again: " + e.Err.Error()
+}
+
+// Unwrap returns Err.
+func (e *FinalCommitError) Unwrap() error { return e.Err }
 
 type stopReq struct {
 	deadline time.Time
@@ -743,7 +759,7 @@ func (r *Runner) finalCommit() {
 	c := r.newCommit(time.Time{})
 	c.drains = ready
 	if len(c.offsets) == 0 {
-		r.finishDrains(ready)
+		r.finishDrains(ready, nil)
 		return
 	}
 	r.send(c)
@@ -789,7 +805,11 @@ func (r *Runner) onCommitted(c *commitReq) {
 	r.tel.commitLatency.Record(context.Background(), c.took.Seconds())
 	if c.err != nil {
 		r.tel.commitFailures.Add(context.Background(), 1)
-		r.log.Warn("commit failed; the next commit sends the newest safe offsets", "err", c.err, "partitions", len(c.commits))
+		if len(c.drains) > 0 {
+			r.log.Error("final commit failed; the records after the last acknowledged offsets will be delivered again", "err", c.err, "partitions", len(c.commits))
+		} else {
+			r.log.Warn("commit failed; the next commit sends the newest safe offsets", "err", c.err, "partitions", len(c.commits))
+		}
 		for _, pc := range c.commits {
 			r.table.CommitFailed(pc)
 		}
@@ -799,14 +819,20 @@ func (r *Runner) onCommitted(c *commitReq) {
 		}
 	}
 	if len(c.drains) > 0 {
-		r.finishDrains(c.drains)
+		var err error
+		if c.err != nil {
+			err = &FinalCommitError{Err: c.err}
+		}
+		r.finishDrains(c.drains, err)
 	}
 	r.finalCommit()
 }
 
 // finishDrains ends the epochs of drained partitions after their final
 // commit and answers the source.
-func (r *Runner) finishDrains(ds []*drain) {
+// finishDrains ends drains after their final commit; commitErr is that
+// commit's failure, reported with each drain's result.
+func (r *Runner) finishDrains(ds []*drain, commitErr error) {
 	for _, d := range ds {
 		unfinished := map[TP]int64{}
 		for _, tp := range d.tps {
@@ -827,6 +853,9 @@ func (r *Runner) finishDrains(ds []*drain) {
 		if len(unfinished) > 0 {
 			err = &DrainError{Unfinished: unfinished}
 			r.log.Warn("drain budget ran out", "err", err)
+		}
+		if commitErr != nil {
+			err = errors.Join(err, commitErr)
 		}
 		if d.stop {
 			r.drainErr = err

@@ -80,7 +80,9 @@ type Sink interface {
 	// Revoked stops dispatch for tps, drains their in-flight handlers until
 	// everything is done or the deadline passes (zero: the runner's drain
 	// budget), commits the safe offsets synchronously through Source.Commit,
-	// and ends their epochs. It returns after the final commit was answered.
+	// and ends their epochs. It returns after the final commit was answered,
+	// with a *DrainError for handlers still running at the deadline and a
+	// *FinalCommitError when that commit was not acknowledged.
 	Revoked(ctx context.Context, tps []TP, deadline time.Time) error
 	// Lost drops tps without committing anything for them and cancels their
 	// in-flight handlers' contexts. It returns once no commit the runner

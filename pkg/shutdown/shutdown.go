@@ -259,16 +259,18 @@ func (c *Coordinator) Stop(sigs <-chan os.Signal) error {
 }
 
 // ExitCode maps Wait's result to a process exit status: 0 for a clean stop,
-// 3 when the drain budget ran out (records were left to the next owner;
-// nothing is lost), 4 when a second signal forced the stop, 1 otherwise.
+// 3 when the drain budget ran out or the final commit was not acknowledged
+// (records were left to the next owner, who gets them again; nothing is
+// lost), 4 when a second signal forced the stop, 1 otherwise.
 func ExitCode(err error) int {
 	var de *runner.DrainError
+	var fce *runner.FinalCommitError
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, ErrForced):
 		return 4
-	case errors.As(err, &de), errors.Is(err, context.DeadlineExceeded):
+	case errors.As(err, &de), errors.As(err, &fce), errors.Is(err, context.DeadlineExceeded):
 		return 3
 	}
 	return 1

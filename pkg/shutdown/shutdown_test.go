@@ -3,6 +3,7 @@ package shutdown_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -221,6 +222,28 @@ func TestBudgetFromEnv(t *testing.T) {
 		t.Setenv("TIDEMARK_SHUTDOWN_BUDGET", bad)
 		if _, err := shutdown.BudgetFromEnv(); err == nil || !strings.Contains(err.Error(), "TIDEMARK_SHUTDOWN_BUDGET") {
 			t.Fatalf("%q: err %v, want one naming the variable", bad, err)
+		}
+	}
+}
+
+// TestExitCodes: each way a stop can end maps to its documented status.
+func TestExitCodes(t *testing.T) {
+	drain := &runner.DrainError{Unfinished: map[runner.TP]int64{{Topic: "t", Partition: 0}: 5}}
+	final := &runner.FinalCommitError{Err: errors.New("coordinator unavailable")}
+	for _, c := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"clean", nil, 0},
+		{"drain budget ran out", drain, 3},
+		{"final commit failed", final, 3},
+		{"both", errors.Join(drain, final), 3},
+		{"forced", fmt.Errorf("stop: %w", shutdown.ErrForced), 4},
+		{"other", errors.New("source failed"), 1},
+	} {
+		if got := shutdown.ExitCode(c.err); got != c.want {
+			t.Errorf("%s: ExitCode(%v) = %d, want %d", c.name, c.err, got, c.want)
 		}
 	}
 }
