@@ -108,6 +108,8 @@ type childResult struct {
 	P50       time.Duration `json:"p50,omitempty"`
 	P99       time.Duration `json:"p99,omitempty"`
 	Samples   int           `json:"samples,omitempty"`
+	// PerTransaction is the inbox's records per transaction (Batch).
+	PerTransaction float64 `json:"per_tx,omitempty"`
 	// PeakRSSKiB is VmHWM of the child's own address space.
 	PeakRSSKiB int `json:"peak_rss_kib"`
 }
@@ -275,6 +277,8 @@ type meter struct {
 
 	latMu sync.Mutex
 	lat   []time.Duration
+
+	perTx float64 // set by the inbox consumer as it ends
 }
 
 func newMeter(s childSpec) *meter {
@@ -360,7 +364,7 @@ func (m *meter) stopped() bool {
 }
 
 func (m *meter) result() childResult {
-	r := childResult{Records: int(m.records), Seconds: m.end.Sub(m.first).Seconds(), WindowCPU: (m.endCPU - m.firstCPU).Seconds()}
+	r := childResult{Records: int(m.records), Seconds: m.end.Sub(m.first).Seconds(), WindowCPU: (m.endCPU - m.firstCPU).Seconds(), PerTransaction: m.perTx}
 	m.latMu.Lock()
 	defer m.latMu.Unlock()
 	if len(m.lat) > 0 {
@@ -563,6 +567,11 @@ func runTidemark(ctx context.Context, spec childSpec, m *meter) error {
 		if err != nil {
 			return err
 		}
+		defer func() {
+			if st := store.Stats(); st.Batches > 0 {
+				m.perTx = float64(st.Applied) / float64(st.Batches)
+			}
+		}()
 		apply := store.Handler(insertEffect)
 		h = func(ctx context.Context, rec runner.Record) error {
 			counts := m.begin(rec.Partition, rec.Value)

@@ -156,7 +156,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.latencyFor, "latency-for", 2*time.Second, "length of each consumer's paced latency phase (0: no latency)")
 	fs.Float64Var(&c.latencyMax, "latency-max-rate", 20_000, "highest records/s of the paced latency phase")
 	fs.Float64Var(&c.latencyLoad, "latency-load", 0.3, "rate of the paced latency phase as a share of the consumer's measured rate")
-	fs.IntVar(&c.repeat, "repeat", 1, "runs of each noop consumer (the median is kept)")
+	fs.IntVar(&c.repeat, "repeat", 1, "runs of each consumer of noop, sleep, cpu and inbox, taken in turn (the median is kept; curve points run once)")
 	fs.IntVar(&c.high, "high", 10_000, "tidemark's per-partition high water mark in records (low is half)")
 	fs.IntVar(&c.partBytes, "fetch-partition-bytes", 0, "franz-go FetchMaxPartitionBytes for tidemark over franz (0: franz-go's default, 1 MiB)")
 	curveConc := fs.String("curve-concurrency", "1,4,16,64,256,1024", "concurrencies of the concurrency curve")
@@ -369,7 +369,11 @@ func printReport(w io.Writer, rep *Report) {
 		if r.LatencyRecords > 0 {
 			p50, p99 = fmt.Sprintf("%.2f", r.P50), fmt.Sprintf("%.2f", r.P99)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%.2f\n", r.Workload, r.Consumer, r.Records, r.Seconds,
+		consumer := r.Consumer
+		if r.PerTransaction > 0 {
+			consumer += fmt.Sprintf(" [%.1f/tx]", r.PerTransaction)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%.2f\n", r.Workload, consumer, r.Records, r.Seconds,
 			r.PerSecond, ratio, theory, p50, p99, r.PeakRSSMiB, r.CPUSeconds)
 	}
 	tw.Flush()

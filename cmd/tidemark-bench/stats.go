@@ -91,10 +91,12 @@ type Result struct {
 	PeakRSSMiB       float64 `json:"peak_rss_mib,omitempty"`
 	CPUSeconds       float64 `json:"cpu_seconds,omitempty"`
 	WindowCPUSeconds float64 `json:"window_cpu_seconds,omitempty"`
-	Baseline         string  `json:"baseline,omitempty"`
-	Ratio            float64 `json:"ratio,omitempty"`
-	Theoretical      float64 `json:"theoretical_per_second,omitempty"`
-	OfTheory         float64 `json:"ratio_of_theoretical,omitempty"`
+	// PerTransaction is the inbox's records per transaction when batched.
+	PerTransaction float64 `json:"records_per_tx,omitempty"`
+	Baseline       string  `json:"baseline,omitempty"`
+	Ratio          float64 `json:"ratio,omitempty"`
+	Theoretical    float64 `json:"theoretical_per_second,omitempty"`
+	OfTheory       float64 `json:"ratio_of_theoretical,omitempty"`
 }
 
 // Curve is throughput against one parameter, with the theoretical line.

@@ -187,7 +187,8 @@ func (b *bench) measure(ctx context.Context, workload string, spec childSpec) (R
 	}
 	r.Records, r.Seconds, r.PerSecond = res.Records, res.Seconds, float64(res.Records)/res.Seconds
 	r.PeakRSSMiB, r.CPUSeconds, r.WindowCPUSeconds = u.PeakRSSMiB, u.CPUSeconds, res.WindowCPU
-	b.logf("%-55s %9d records in %6.2fs  %10.0f/s", r.Consumer, r.Records, r.Seconds, r.PerSecond)
+	r.PerTransaction = res.PerTransaction
+	b.logf("%-55s %9d records in %6.2fs  %10.0f/s  (%.1f CPU s)", r.Consumer, r.Records, r.Seconds, r.PerSecond, r.CPUSeconds)
 	return r, nil
 }
 
@@ -299,20 +300,37 @@ func (b *bench) paced(ctx context.Context, topic string, ready <-chan struct{}, 
 	return nil
 }
 
-// withLatency measures spec and then its latency.
-func (b *bench) withLatency(ctx context.Context, workload string, spec childSpec) (Result, error) {
-	r, err := b.measure(ctx, workload, spec)
-	if err != nil {
-		return r, err
+// repeated runs every spec -repeat times, taking them in turn (so a slow
+// spell of the shared machine falls on all of them rather than on one), and
+// returns one row per spec: the run at the median rate, with the median as
+// its rate and every run's rate in Runs. Then it measures each one's
+// latency once.
+func (b *bench) repeated(ctx context.Context, workload string, specs []childSpec) ([]Result, error) {
+	runs := make([][]Result, len(specs))
+	for range b.c.repeat {
+		for i, s := range specs {
+			s.Group = b.name("group")
+			r, err := b.measure(ctx, workload, s)
+			if err != nil {
+				return nil, err
+			}
+			runs[i] = append(runs[i], r)
+			specs[i].CPUProfile = "" // the first run only
+		}
 	}
-	return r, b.latency(ctx, spec, &r)
+	rows := make([]Result, len(specs))
+	for i := range rows {
+		rows[i] = medianRun(runs[i])
+		if err := b.latency(ctx, specs[i], &rows[i]); err != nil {
+			return nil, err
+		}
+	}
+	return rows, nil
 }
 
 // noop: the fetch ceilings (plain franz-go loop, plain kafka-go Reader loop)
 // against tidemark over each adapter with a no-op handler, all draining the
-// same -records records. With -repeat > 1 the four run in turn that many
-// times and the median rate of each is kept, which narrows the ratio's
-// spread on a noisy machine.
+// same -records records.
 func (b *bench) noop(ctx context.Context) ([]Result, error) {
 	topic, err := b.produce(ctx, "noop", b.c.records, b.c.keys)
 	if err != nil {
@@ -333,23 +351,9 @@ func (b *bench) noop(ctx context.Context) ([]Result, error) {
 	if b.c.cpuProfile != "" {
 		specs[1].CPUProfile = b.c.cpuProfile
 	}
-	runs := make([][]Result, len(specs))
-	for range b.c.repeat {
-		for i, s := range specs {
-			s.Group = b.name("group")
-			r, err := b.measure(ctx, "noop", s)
-			if err != nil {
-				return nil, err
-			}
-			runs[i] = append(runs[i], r)
-		}
-	}
-	rows := make([]Result, len(specs))
-	for i := range rows {
-		rows[i] = medianRun(runs[i])
-		if err := b.latency(ctx, specs[i], &rows[i]); err != nil {
-			return nil, err
-		}
+	rows, err := b.repeated(ctx, "noop", specs)
+	if err != nil {
+		return nil, err
 	}
 	for i := 1; i < len(rows); i += 2 {
 		rows[i].against(rows[i-1])
@@ -403,23 +407,20 @@ func (b *bench) handlerWorkload(ctx context.Context, workload, handler string, c
 		return nil, err
 	}
 	defer b.drop(topic)
-	s := b.spec(sequentialC, "", topic, handler, 0)
-	s.For, s.Records = b.c.runFor, n
-	seq, err := b.withLatency(ctx, workload, s)
+	specs := []childSpec{b.spec(sequentialC, "", topic, handler, 0)}
+	for _, a := range b.c.adapters {
+		specs = append(specs, b.spec(tidemarkC, a, topic, handler, conc))
+	}
+	for i := range specs {
+		specs[i].For, specs[i].Records = b.c.runFor, n
+	}
+	rows, err := b.repeated(ctx, workload, specs)
 	if err != nil {
 		return nil, err
 	}
-	rows := []Result{seq}
-	for _, a := range b.c.adapters {
-		s := b.spec(tidemarkC, a, topic, handler, conc)
-		s.For, s.Records = b.c.runFor, n
-		r, err := b.withLatency(ctx, workload, s)
-		if err != nil {
-			return nil, err
-		}
-		r.against(seq)
-		r.ofTheory(theory(a))
-		rows = append(rows, r)
+	for i := 1; i < len(rows); i++ {
+		rows[i].against(rows[0])
+		rows[i].ofTheory(theory(specs[i].Adapter))
 	}
 	return rows, nil
 }
@@ -440,27 +441,23 @@ func (b *bench) inbox(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	defer b.drop(topic)
-	const workload = "inbox (one INSERT per record)"
 	s := b.spec(insertLoop, "", "", "", 0)
 	s.Records, s.Schema = n, schema
-	ceiling, err := b.measure(ctx, workload, s)
-	if err != nil {
-		return nil, err
-	}
-	rows := []Result{ceiling}
-	adapter := b.c.adapters[0]
+	specs := []childSpec{s}
 	for _, batch := range []int{1, b.c.inboxBatch} {
-		s := b.spec(tidemarkC, adapter, topic, "inbox", b.c.concurrency)
+		s := b.spec(tidemarkC, b.c.adapters[0], topic, "inbox", b.c.concurrency)
 		s.Records, s.Schema, s.Batch = n, schema, batch
 		if batch > 1 {
 			s.BatchWait = b.c.inboxWait
 		}
-		r, err := b.withLatency(ctx, workload, s)
-		if err != nil {
-			return nil, err
-		}
-		r.against(ceiling)
-		rows = append(rows, r)
+		specs = append(specs, s)
+	}
+	rows, err := b.repeated(ctx, "inbox (one INSERT per record)", specs)
+	if err != nil {
+		return nil, err
+	}
+	for i := 1; i < len(rows); i++ {
+		rows[i].against(rows[0])
 	}
 	return rows, nil
 }
