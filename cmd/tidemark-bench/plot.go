@@ -76,6 +76,7 @@ func curvePlot(cv Curve, at string) (*plot.Plot, error) {
 	labels.Offset = vg.Point{Y: -vg.Points(12)}
 
 	p.Add(plotter.NewGrid(), tl, ml, ms, labels)
+	p.Y.Max *= 2 // room above the lines for the legend
 	p.Legend.Add(cv.Theory, tl)
 	p.Legend.Add("measured (label: % of theory)", ml, ms)
 	return p, nil

@@ -95,8 +95,10 @@ type Result struct {
 	PerTransaction float64 `json:"records_per_tx,omitempty"`
 	Baseline       string  `json:"baseline,omitempty"`
 	Ratio          float64 `json:"ratio,omitempty"`
-	Theoretical    float64 `json:"theoretical_per_second,omitempty"`
-	OfTheory       float64 `json:"ratio_of_theoretical,omitempty"`
+	// RatioRuns are the ratios of each repetition; Ratio is their median.
+	RatioRuns   []float64 `json:"ratio_runs,omitempty"`
+	Theoretical float64   `json:"theoretical_per_second,omitempty"`
+	OfTheory    float64   `json:"ratio_of_theoretical,omitempty"`
 }
 
 // Curve is throughput against one parameter, with the theoretical line.
@@ -218,10 +220,21 @@ func medianRun(runs []Result) Result {
 }
 
 // against sets r's ratio against the baseline b, which must be of the same
-// run.
+// run. When both were repeated alike, the ratio is the median of the ratios
+// of each repetition (run i of r against run i of b, taken one after the
+// other, so on the same machine weather), not the ratio of the two medians,
+// which may come from different moments.
 func (r *Result) against(b Result) {
-	if b.PerSecond > 0 {
-		r.Baseline, r.Ratio = b.Consumer, r.PerSecond/b.PerSecond
+	if b.PerSecond <= 0 {
+		return
+	}
+	r.Baseline, r.Ratio = b.Consumer, r.PerSecond/b.PerSecond
+	if len(r.Runs) > 1 && len(r.Runs) == len(b.Runs) {
+		ratios := make([]float64, len(r.Runs))
+		for i := range r.Runs {
+			ratios[i] = r.Runs[i] / b.Runs[i]
+		}
+		r.Ratio, r.RatioRuns = median(ratios), ratios
 	}
 }
 

@@ -184,6 +184,13 @@ func TestRatios(t *testing.T) {
 	if r.Baseline != "plain" || r.Ratio != 0.25 || r.Theoretical != 100 || r.OfTheory != 0.5 {
 		t.Fatalf("got %+v", r)
 	}
+	// Repeated: the median of the paired ratios, not the ratio of medians.
+	rb := Result{Consumer: "plain", PerSecond: 200, Runs: []float64{100, 200, 400}}
+	rr := Result{PerSecond: 60, Runs: []float64{50, 60, 100}}
+	rr.against(rb)
+	if rr.Ratio != 0.3 || !reflect.DeepEqual(rr.RatioRuns, []float64{0.5, 0.3, 0.25}) {
+		t.Fatalf("paired ratio = %v %v, want median of 0.5, 0.3, 0.25", rr.Ratio, rr.RatioRuns)
+	}
 	var z Result
 	z.against(Result{Consumer: "nothing"})
 	z.ofTheory(0)

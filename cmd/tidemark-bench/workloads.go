@@ -34,8 +34,11 @@ type bench struct {
 }
 
 func newBench(c config) (*bench, error) {
+	// Every workload produces to a new topic; with franz-go's default
+	// MetadataMinAge (5 s) the first records for it could wait that long
+	// for the client to look the topic up.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.brokers...), kgo.ProducerLinger(5*time.Millisecond),
-		kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(100_000))
+		kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(100_000), kgo.MetadataMinAge(100*time.Millisecond))
 	if err != nil {
 		return nil, err
 	}
