@@ -83,11 +83,11 @@ demo: testbed-up
 
 # The benchmarks of docs/performance.md: every workload against its
 # baselines in one run on the bed, the table on stdout, the report and the
-# scaling curves into docs/bench (about 8-10 minutes on 2 cores). The bed is
+# scaling curves into docs/bench (about 7 minutes on 2 cores). The bed is
 # left running, as by make demo. BENCH_FLAGS adds or overrides flags.
 BENCH_FLAGS ?=
 bench: testbed-up
-	@. "$(BED_ENV)" && time $(GO) run ./cmd/tidemark-bench -workload all -repeat 3 \
+	@. "$(BED_ENV)" && time $(GO) run ./cmd/tidemark-bench -workload all -repeat 5 \
 		-json docs/bench/bench.json -plots docs/bench $(BENCH_FLAGS)
 	@echo 'The test bed is still running: scripts/testbed status | down'
 
