@@ -37,10 +37,11 @@ CHAOS_DURATION ?= 75s
 DURATION ?= 10m
 SOAK_TIMEOUT ?= 4h
 
-.PHONY: help test vet unit integration soak demo quickstart testbed-up testbed-down testbed-status
+.PHONY: help test vet unit integration soak bench demo quickstart testbed-up testbed-down testbed-status
 
 help:
 	@echo 'make demo            test bed up, then the orders demo (examples/orders/demo)'
+	@echo 'make bench           test bed up, then the benchmark harness: docs/bench/bench.json and its plots'
 	@echo 'make test            vet + unit tests + integration tests on the test bed (what CI runs)'
 	@echo 'make vet             go vet, with and without the integration tag'
 	@echo 'make unit            go test -race ./... (no servers)'
@@ -106,6 +107,16 @@ soak:
 # then every order checked against the topic (examples/orders/demo).
 demo: testbed-up
 	@. "$(BED_ENV)" && $(GO) run ./examples/orders/demo
+	@echo 'The test bed is still running: scripts/testbed status | down'
+
+# The benchmarks of docs/performance.md: every workload against its
+# baselines in one run on the bed, the table on stdout, the report and the
+# scaling curves into docs/bench (4-5 minutes on 2 cores). The bed is
+# left running, as by make demo. BENCH_FLAGS adds or overrides flags.
+BENCH_FLAGS ?=
+bench: testbed-up
+	@. "$(BED_ENV)" && time $(GO) run ./cmd/tidemark-bench -workload all -repeat 5 \
+		-json docs/bench/bench.json -plots docs/bench $(BENCH_FLAGS)
 	@echo 'The test bed is still running: scripts/testbed status | down'
 
 # The first demo: a plain franz-go + pgx consumer, no tidemark.

@@ -1,38 +1,56 @@
 // Command tidemark-bench measures tidemark against baselines on a real
-// Kafka broker, in one run on one topic, and prints a table and a JSON file.
-// Every tidemark figure is given as a ratio against a baseline measured in
-// the same run, because the machines it runs on are shared and noisy.
+// Kafka broker (and PostgreSQL for the inbox), in one run on the same
+// topics, and prints a table, writes a JSON report and draws the scaling
+// curves as PNGs. Every tidemark figure is given as a ratio against a
+// baseline measured in the same run, because the machines it runs on are
+// shared and noisy.
 //
-// Workloads:
+// Each consumer — tidemark and every baseline alike — runs in a child
+// process of the harness (the same binary, started again), so that its peak
+// RSS and CPU seconds are its own (see child.go). Throughput is timed from
+// the first record a consumer handles to the last, so the group join and
+// the first fetch, which differ between clients, are outside every window.
+// Latency (produce → handler start) is measured separately, in a paced
+// phase on a fresh topic while the consumer is already running, at
+// -latency-load of the rate it reached (at most -latency-max-rate).
 //
-//	noop   N records of S bytes over P partitions: a plain franz-go poll loop
-//	       that does nothing (the fetch ceiling) against tidemark with a
-//	       no-op handler.
-//	sleep  a handler sleeping L per record, K keys, concurrency C: tidemark
-//	       against a sequential one-record-at-a-time consumer, and against
-//	       the theoretical min(C/L, no-op throughput).
-//	adapters  tidemark over the kafka-go adapter against tidemark over the
-//	       franz adapter on the same topic (-records records), with a no-op
-//	       handler (concurrency 64) and with the sleep handler (concurrency C).
+// Workloads (-workload, comma-separated):
+//
+//	noop         -records records: the plain franz-go poll loop and the plain
+//	             kafka-go Reader loop (the fetch ceilings) against tidemark
+//	             over the franz and kafkago adapters with a no-op handler.
+//	sleep        a handler sleeping -sleep: the sequential consumer against
+//	             tidemark at -concurrency, and min(C/L, no-op rate).
+//	cpu          -cpu-work of SHA-256 per record: sequential against tidemark.
+//	inbox        pkg/inbox, one record per transaction and Batch(n), against
+//	             a single-row INSERT per transaction loop on the same server.
+//	concurrency  the scaling curve against -curve-concurrency (sleep handler).
+//	keys         the scaling curve against -curve-keys in key order.
+//	adapters     noop and sleep (both adapters); curves: concurrency and keys;
+//	all          every workload.
 //
 // Usage:
 //
-//	tidemark-bench -brokers 127.0.0.1:19092 -workload all -json docs/bench/runner.json
+//	scripts/testbed up && source .testbed/env
+//	go run ./cmd/tidemark-bench -workload all -json docs/bench/bench.json -plots docs/bench
+//	go run ./cmd/tidemark-bench -replot docs/bench/bench.json -plots docs/bench
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
-	"math/rand/v2"
+	"io"
 	"os"
+	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
+	"slices"
 	"strconv"
-	"sync/atomic"
+	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -40,109 +58,69 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/pkg/runner"
-	"github.com/tidemark/tidemark/pkg/source/franz"
-	"github.com/tidemark/tidemark/pkg/source/kafkago"
 )
 
-type result struct {
-	Workload    string  `json:"workload"`
-	Consumer    string  `json:"consumer"`
-	Records     int     `json:"records"`
-	Seconds     float64 `json:"seconds"`
-	PerSecond   float64 `json:"records_per_second"`
-	Baseline    string  `json:"baseline,omitempty"`
-	Ratio       float64 `json:"ratio,omitempty"`
-	Theoretical float64 `json:"theoretical_per_second,omitempty"`
-	OfTheory    float64 `json:"ratio_of_theoretical,omitempty"`
+type config struct {
+	brokers      []string
+	dsn          string
+	workloads    []string
+	records      int
+	partitions   int
+	size         int
+	keys         int
+	concurrency  int
+	noopConc     int
+	order        string
+	adapters     []string
+	sleep        time.Duration
+	runFor       time.Duration
+	cpuWork      time.Duration
+	hashRounds   int
+	hashTook     time.Duration
+	inboxRecords int
+	inboxBatch   int
+	inboxWait    time.Duration
+	latencyFor   time.Duration
+	latencyMax   float64
+	latencyLoad  float64
+	repeat       int
+	high         int
+	partBytes    int
+	curveConc    []int
+	curveKeys    []int
+	cpuProfile   string
+	jsonOut      string
+	plotsDir     string
+	replot       string
+	verbose      bool
 }
 
-type config struct {
-	brokers     string
-	workload    string
-	records     int
-	partitions  int
-	size        int
-	keys        int
-	concurrency int
-	sleep       time.Duration
-	sleepFor    time.Duration
-	seqFor      time.Duration
-	jsonOut     string
-	cpuProfile  string
-	noopConc    int
-	high        int
-	partBytes   int
-}
+// workloadOrder is the order workloads run in: noop first, because its
+// tidemark rates cap the theoretical lines of the others.
+var workloadOrder = []string{"noop", "sleep", "cpu", "inbox", "concurrency", "keys"}
 
 func main() {
-	var c config
-	flag.StringVar(&c.brokers, "brokers", os.Getenv("TIDEMARK_KAFKA_BROKERS"), "Kafka seed brokers (default $TIDEMARK_KAFKA_BROKERS)")
-	flag.StringVar(&c.workload, "workload", "all", "noop, sleep or all")
-	flag.IntVar(&c.records, "records", 1_000_000, "records for the noop workload")
-	flag.IntVar(&c.partitions, "partitions", 12, "partitions of the topic")
-	flag.IntVar(&c.size, "size", 100, "record value size in bytes")
-	flag.IntVar(&c.keys, "keys", 10_000, "distinct keys")
-	flag.IntVar(&c.concurrency, "concurrency", 256, "tidemark's concurrency for the sleep workload")
-	flag.DurationVar(&c.sleep, "sleep", 5*time.Millisecond, "handler latency of the sleep workload")
-	flag.DurationVar(&c.sleepFor, "sleep-records-seconds", 10*time.Second, "how long the tidemark sleep run should take at the theoretical rate (sets its record count)")
-	flag.DurationVar(&c.seqFor, "sequential-for", 5*time.Second, "how long the sequential baseline runs")
-	flag.StringVar(&c.jsonOut, "json", "", "write the results as JSON to this file")
-	flag.IntVar(&c.noopConc, "noop-concurrency", 64, "tidemark's concurrency for the noop workload")
-	flag.IntVar(&c.high, "high", 10000, "tidemark's per-partition high water mark in records (low is half)")
-	flag.IntVar(&c.partBytes, "fetch-partition-bytes", 0, "franz-go FetchMaxPartitionBytes for tidemark's client (0: franz-go's default, 1 MiB)")
-	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the tidemark runs to this file")
-	flag.Parse()
-	if c.brokers == "" {
-		fail(errors.New("no brokers: pass -brokers or set TIDEMARK_KAFKA_BROKERS (scripts/testbed up && source .testbed/env)"))
+	if len(os.Args) > 2 && os.Args[1] == childFlag {
+		os.Exit(childMain(os.Args[2]))
 	}
-	if c.workload != "noop" && c.workload != "sleep" && c.workload != "all" && c.workload != "adapters" {
-		fail(fmt.Errorf("-workload %q: want noop, sleep, adapters or all", c.workload))
+	c, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fail(err)
 	}
-	profile = c.cpuProfile
-	var results []result
-	var ceiling float64
-	if c.workload == "noop" || c.workload == "all" {
-		rs, err := noop(c)
+	if c.replot != "" {
+		rep, err := readReport(c.replot)
 		if err != nil {
 			fail(err)
 		}
-		results = append(results, rs...)
-		ceiling = rs[1].PerSecond
-	}
-	if c.workload == "sleep" || c.workload == "all" {
-		rs, err := sleepy(c, ceiling)
-		if err != nil {
+		if err := drawCurves(rep, c.plotsDir); err != nil {
 			fail(err)
 		}
-		results = append(results, rs...)
+		return
 	}
-	if c.workload == "adapters" {
-		rs, err := adapters(c)
-		if err != nil {
-			fail(err)
-		}
-		results = append(results, rs...)
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "workload\tconsumer\trecords\tseconds\trecords/s\tvs baseline\tof theory")
-	for _, r := range results {
-		ratio, theory := "", ""
-		if r.Baseline != "" {
-			ratio = fmt.Sprintf("%.2fx %s", r.Ratio, r.Baseline)
-		}
-		if r.Theoretical > 0 {
-			theory = fmt.Sprintf("%.0f%% of %.0f/s", 100*r.OfTheory, r.Theoretical)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.0f\t%s\t%s\n", r.Workload, r.Consumer, r.Records, r.Seconds, r.PerSecond, ratio, theory)
-	}
-	tw.Flush()
-	if c.jsonOut != "" {
-		b, _ := json.MarshalIndent(map[string]any{"at": time.Now().UTC().Format(time.RFC3339), "config": map[string]any{
-			"records": c.records, "partitions": c.partitions, "size": c.size, "keys": c.keys,
-			"concurrency": c.concurrency, "sleep": c.sleep.String()}, "results": results}, "", "  ")
-		if err := os.WriteFile(c.jsonOut, append(b, '\n'), 0o644); err != nil {
-			fail(err)
-		}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c); err != nil {
+		fail(err)
 	}
 }
 
@@ -151,266 +129,332 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-func brokers(c config) []string { return []string{c.brokers} }
+const bedHint = "start the test bed: scripts/testbed up && source .testbed/env"
 
-// setup creates a fresh topic and produces n records with keys over c.keys.
-func setup(c config, name string, n int) (string, error) {
-	ctx := context.Background()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers(c)...), kgo.ProducerLinger(5*time.Millisecond),
-		kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(100_000))
-	if err != nil {
-		return "", err
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("tidemark-bench", flag.ContinueOnError)
+	brokers := fs.String("brokers", os.Getenv("TIDEMARK_KAFKA_BROKERS"), "Kafka seed brokers, comma-separated (default $TIDEMARK_KAFKA_BROKERS)")
+	fs.StringVar(&c.dsn, "dsn", os.Getenv("TIDEMARK_PG_DSN"), "PostgreSQL for the inbox workload (default $TIDEMARK_PG_DSN)")
+	workloads := fs.String("workload", "all", "comma-separated: noop, sleep, cpu, inbox, concurrency, keys; or adapters, curves, all")
+	fs.IntVar(&c.records, "records", 2_000_000, "records of the noop workload")
+	fs.IntVar(&c.partitions, "partitions", 12, "partitions of every topic")
+	fs.IntVar(&c.size, "size", 100, "record value size in bytes (at least 16)")
+	fs.IntVar(&c.keys, "keys", 10_000, "distinct keys (all but the keys curve)")
+	fs.IntVar(&c.concurrency, "concurrency", 256, "tidemark's concurrency for sleep, inbox and the keys curve")
+	fs.IntVar(&c.noopConc, "noop-concurrency", 64, "tidemark's concurrency for noop and cpu")
+	fs.StringVar(&c.order, "order", "key", "tidemark's ordering: key, partition or unordered (the keys curve is always key)")
+	adapters := fs.String("adapter", "franz,kafkago", "tidemark's adapters, comma-separated: franz, kafkago; the first one runs the inbox and the curves")
+	fs.DurationVar(&c.sleep, "sleep", 5*time.Millisecond, "handler latency L of the sleep workload and the curves")
+	fs.DurationVar(&c.runFor, "run-for", 4*time.Second, "how long each time-bounded run lasts (sleep, cpu, each curve point)")
+	fs.DurationVar(&c.runFor, "sleep-records-seconds", 4*time.Second, "old name of -run-for")
+	fs.DurationVar(&c.runFor, "sequential-for", 4*time.Second, "old name of -run-for")
+	fs.DurationVar(&c.cpuWork, "cpu-work", 50*time.Microsecond, "CPU per record of the cpu workload (SHA-256 rounds calibrated to it at start)")
+	fs.IntVar(&c.inboxRecords, "inbox-records", 20_000, "records of the inbox workload")
+	fs.IntVar(&c.inboxBatch, "inbox-batch", 32, "inbox.Batch of the batched inbox run")
+	fs.DurationVar(&c.inboxWait, "inbox-batch-wait", 200*time.Microsecond, "inbox.BatchWait of the batched inbox run")
+	fs.DurationVar(&c.latencyFor, "latency-for", 2*time.Second, "length of each consumer's paced latency phase (0: no latency)")
+	fs.Float64Var(&c.latencyMax, "latency-max-rate", 20_000, "highest records/s of the paced latency phase")
+	fs.Float64Var(&c.latencyLoad, "latency-load", 0.3, "rate of the paced latency phase as a share of the consumer's measured rate")
+	fs.IntVar(&c.repeat, "repeat", 1, "runs of each consumer of noop, sleep, cpu and inbox, taken in turn (the median is kept; curve points run once)")
+	fs.IntVar(&c.high, "high", 10_000, "tidemark's per-partition high water mark in records (low is half)")
+	fs.IntVar(&c.partBytes, "fetch-partition-bytes", 0, "franz-go FetchMaxPartitionBytes for tidemark over franz (0: franz-go's default, 1 MiB)")
+	curveConc := fs.String("curve-concurrency", "1,4,16,64,256,1024", "concurrencies of the concurrency curve")
+	curveKeys := fs.String("curve-keys", "1,10,100,1000,10000,100000", "key counts of the keys curve")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of tidemark's first no-op run to this file (TIDEMARK_BENCH_TRACE=file adds an execution trace)")
+	fs.StringVar(&c.jsonOut, "json", "", "write the report as JSON to this file")
+	fs.StringVar(&c.plotsDir, "plots", "", "draw the curves as concurrency.png and keys.png into this directory")
+	fs.StringVar(&c.replot, "replot", "", "draw the plots of this JSON report (with -plots) and run nothing")
+	fs.BoolVar(&c.verbose, "v", true, "print each run as it ends")
+	if err := fs.Parse(args); err != nil {
+		return c, err
 	}
-	defer cl.Close()
-	topic := fmt.Sprintf("bench-%s-%d", name, time.Now().UnixNano())
-	adm := kadm.NewClient(cl)
-	resp, err := adm.CreateTopic(ctx, int32(c.partitions), 1, nil, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		return "", fmt.Errorf("create topic %s: %w", topic, err)
-	}
-	// Values are random, so compression does not make a fetch hold many
-	// times more records than real data would.
-	rnd := rand.New(rand.NewPCG(1, 2))
-	var perr atomic.Value
-	for i := range n {
-		value := make([]byte, c.size)
-		for j := range value {
-			value[j] = byte(rnd.Uint32())
+	if c.replot != "" {
+		if c.plotsDir == "" {
+			return c, errors.New("-replot needs -plots DIR")
 		}
-		r := &kgo.Record{Topic: topic, Key: []byte("key-" + strconv.Itoa(i%c.keys)), Value: value}
-		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
-			if err != nil {
-				perr.Store(err)
-			}
-		})
+		return c, nil
 	}
-	if err := cl.Flush(ctx); err != nil {
-		return "", err
-	}
-	if e, _ := perr.Load().(error); e != nil {
-		return "", fmt.Errorf("produce: %w", e)
-	}
-	return topic, nil
-}
-
-// plainLoop is the fetch ceiling: a franz-go group consumer that polls and
-// does nothing with the records, for n records. Like the tidemark run, it is
-// timed from creating the client (so both include joining the group) to the
-// last record.
-func plainLoop(c config, topic string, n int) (time.Duration, error) {
-	start := time.Now()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers(c)...), kgo.ConsumerGroup(fmt.Sprintf("plain-%d", time.Now().UnixNano())),
-		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
-	if err != nil {
-		return 0, err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	got := 0
-	for got < n {
-		fs := cl.PollFetches(ctx)
-		if err := fs.Err0(); err != nil {
-			return 0, err
-		}
-		got += fs.NumRecords()
-	}
-	return time.Since(start), nil
-}
-
-// sequential is what many services do today: one record at a time, handled
-// in the poll loop, for d.
-func sequential(c config, topic string, d time.Duration, h func()) (int, time.Duration, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers(c)...), kgo.ConsumerGroup(fmt.Sprintf("seq-%d", time.Now().UnixNano())),
-		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
-	if err != nil {
-		return 0, 0, err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
-	defer cancel()
-	got := 0
-	var start time.Time
-	for start.IsZero() || time.Since(start) < d {
-		fs := cl.PollRecords(ctx, 100)
-		if err := fs.Err0(); err != nil {
-			return 0, 0, err
-		}
-		if start.IsZero() {
-			start = time.Now()
-		}
-		for range fs.NumRecords() {
-			h()
-			got++
-		}
-		if err := cl.CommitUncommittedOffsets(ctx); err != nil {
-			return 0, 0, err
+	for b := range strings.SplitSeq(*brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			c.brokers = append(c.brokers, b)
 		}
 	}
-	return got, time.Since(start), nil
-}
-
-var profile string
-
-// tidemark runs the runner over the franz adapter until n records were
-// handled, and returns the time from the first handled record.
-func tidemark(c config, topic string, n int, conc int, h func()) (time.Duration, error) {
-	return tidemarkOn(c, "franz", topic, n, conc, h)
-}
-
-// tidemarkOn is tidemark over the named adapter (franz or kafkago).
-func tidemarkOn(c config, adapter, topic string, n int, conc int, h func()) (time.Duration, error) {
-	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	group := fmt.Sprintf("tidemark-%s-%d", adapter, time.Now().UnixNano())
-	var src runner.Source
+	if len(c.brokers) == 0 {
+		return c, errors.New("no brokers: pass -brokers or set TIDEMARK_KAFKA_BROKERS (" + bedHint + ")")
+	}
 	var err error
-	switch adapter {
-	case "franz":
-		fopts := []franz.Option{franz.Logger(quiet)}
-		if c.partBytes > 0 {
-			fopts = append(fopts, franz.ClientOptions(kgo.FetchMaxPartitionBytes(int32(c.partBytes))))
+	if c.workloads, err = expandWorkloads(*workloads); err != nil {
+		return c, err
+	}
+	for a := range strings.SplitSeq(*adapters, ",") {
+		if a != "franz" && a != "kafkago" {
+			return c, fmt.Errorf("-adapter %q: want franz, kafkago or both, comma-separated", a)
 		}
-		src, err = franz.New(brokers(c), group, []string{topic}, fopts...)
-	case "kafkago":
-		src, err = kafkago.New(brokers(c), group, []string{topic}, kafkago.Logger(quiet))
-	default:
-		err = fmt.Errorf("unknown adapter %q", adapter)
+		c.adapters = append(c.adapters, a)
 	}
-	if err != nil {
-		return 0, err
+	if _, err := parseOrder(c.order); err != nil {
+		return c, err
 	}
-	var handled atomic.Int64
-	all := make(chan struct{})
-	r, err := runner.New(src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
-		h()
-		if handled.Add(1) == int64(n) {
-			close(all)
-		}
-		return nil
-	}), runner.Concurrency(conc), runner.Logger(quiet), runner.WaterMarks(c.high, c.high/2))
-	if err != nil {
-		return 0, err
+	if c.curveConc, err = parseInts("-curve-concurrency", *curveConc); err != nil {
+		return c, err
 	}
-	if profile != "" {
-		f, err := os.Create(profile)
-		if err != nil {
-			return 0, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return 0, err
-		}
-		defer pprof.StopCPUProfile()
-		if os.Getenv("TIDEMARK_BENCH_TRACE") != "" {
-			tf, err := os.Create(os.Getenv("TIDEMARK_BENCH_TRACE"))
-			if err != nil {
-				return 0, err
-			}
-			defer tf.Close()
-			if err := trace.Start(tf); err != nil {
-				return 0, err
-			}
-			defer trace.Stop()
-		}
+	if c.curveKeys, err = parseInts("-curve-keys", *curveKeys); err != nil {
+		return c, err
 	}
-	start := time.Now()
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	select {
-	case <-all:
-	case err := <-done:
-		return 0, fmt.Errorf("runner stopped early: %v", err)
-	case <-time.After(10 * time.Minute):
-		return 0, errors.New("tidemark run did not finish in 10 minutes")
+	switch {
+	case c.size < stampLen+4:
+		return c, fmt.Errorf("-size %d: at least %d bytes (the latency stamp lives in the value)", c.size, stampLen+4)
+	case c.records < 1, c.partitions < 1, c.keys < 1, c.concurrency < 1, c.noopConc < 1, c.repeat < 1, c.inboxRecords < 1:
+		return c, errors.New("-records, -partitions, -keys, -concurrency, -noop-concurrency, -repeat and -inbox-records must be positive")
+	case c.sleep <= 0 || c.runFor <= 0 || c.cpuWork <= 0:
+		return c, errors.New("-sleep, -run-for and -cpu-work must be positive")
+	case c.latencyLoad <= 0 || c.latencyLoad >= 1:
+		return c, errors.New("-latency-load must be between 0 and 1")
 	}
-	took := time.Since(start)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := r.Shutdown(ctx); err != nil {
-		return 0, err
+	if slices.Contains(c.workloads, "inbox") && c.dsn == "" {
+		return c, errors.New("the inbox workload needs PostgreSQL: pass -dsn or set TIDEMARK_PG_DSN (" + bedHint + ")")
 	}
-	return took, <-done
+	return c, nil
 }
 
-func noop(c config) ([]result, error) {
-	topic, err := setup(c, "noop", c.records)
-	if err != nil {
-		return nil, err
-	}
-	plain, err := plainLoop(c, topic, c.records)
-	if err != nil {
-		return nil, fmt.Errorf("plain loop: %w", err)
-	}
-	tm, err := tidemark(c, topic, c.records, c.noopConc, func() {})
-	if err != nil {
-		return nil, fmt.Errorf("tidemark: %w", err)
-	}
-	p := result{Workload: "noop", Consumer: "plain franz-go loop", Records: c.records, Seconds: plain.Seconds(), PerSecond: float64(c.records) / plain.Seconds()}
-	t := result{Workload: "noop", Consumer: fmt.Sprintf("tidemark (key order, %d)", c.noopConc), Records: c.records, Seconds: tm.Seconds(), PerSecond: float64(c.records) / tm.Seconds(), Baseline: "plain franz-go loop"}
-	t.Ratio = t.PerSecond / p.PerSecond
-	return []result{p, t}, nil
-}
-
-func sleepy(c config, ceiling float64) ([]result, error) {
-	theory := float64(c.concurrency) / c.sleep.Seconds()
-	if ceiling > 0 {
-		theory = min(theory, ceiling)
-	}
-	n := int(theory * c.sleepFor.Seconds())
-	topic, err := setup(c, "sleep", n)
-	if err != nil {
-		return nil, err
-	}
-	h := func() { time.Sleep(c.sleep) }
-	seqN, seqD, err := sequential(c, topic, c.seqFor, h)
-	if err != nil {
-		return nil, fmt.Errorf("sequential: %w", err)
-	}
-	tm, err := tidemark(c, topic, n, c.concurrency, h)
-	if err != nil {
-		return nil, fmt.Errorf("tidemark: %w", err)
-	}
-	s := result{Workload: "sleep " + c.sleep.String(), Consumer: "sequential", Records: seqN, Seconds: seqD.Seconds(), PerSecond: float64(seqN) / seqD.Seconds()}
-	t := result{Workload: "sleep " + c.sleep.String(), Consumer: fmt.Sprintf("tidemark (key order, %d)", c.concurrency), Records: n, Seconds: tm.Seconds(),
-		PerSecond: float64(n) / tm.Seconds(), Baseline: "sequential", Theoretical: theory}
-	t.Ratio = t.PerSecond / s.PerSecond
-	t.OfTheory = t.PerSecond / theory
-	return []result{s, t}, nil
-}
-
-// adapters runs tidemark over both adapters on one topic, no-op and sleepy.
-func adapters(c config) ([]result, error) {
-	topic, err := setup(c, "adapters", c.records)
-	if err != nil {
-		return nil, err
-	}
-	var out []result
-	for _, w := range []struct {
-		name string
-		conc int
-		h    func()
-	}{
-		{"noop", 64, func() {}},
-		{"sleep " + c.sleep.String(), c.concurrency, func() { time.Sleep(c.sleep) }},
-	} {
-		var franzRate float64
-		for _, adapter := range []string{"franz", "kafkago"} {
-			took, err := tidemarkOn(c, adapter, topic, c.records, w.conc, w.h)
-			if err != nil {
-				return nil, fmt.Errorf("%s over %s: %w", w.name, adapter, err)
+// expandWorkloads turns -workload into workloads in workloadOrder.
+func expandWorkloads(s string) ([]string, error) {
+	want := map[string]bool{}
+	for w := range strings.SplitSeq(s, ",") {
+		switch w = strings.TrimSpace(w); w {
+		case "all":
+			for _, x := range workloadOrder {
+				want[x] = true
 			}
-			r := result{Workload: w.name, Consumer: fmt.Sprintf("tidemark over %s (key order, %d)", adapter, w.conc),
-				Records: c.records, Seconds: took.Seconds(), PerSecond: float64(c.records) / took.Seconds()}
-			if adapter == "franz" {
-				franzRate = r.PerSecond
-			} else {
-				r.Baseline, r.Ratio = "tidemark over franz", r.PerSecond/franzRate
+		case "adapters":
+			want["noop"], want["sleep"] = true, true
+		case "curves":
+			want["concurrency"], want["keys"] = true, true
+		default:
+			if !slices.Contains(workloadOrder, w) {
+				return nil, fmt.Errorf("-workload %q: want %s, adapters, curves or all", w, strings.Join(workloadOrder, ", "))
 			}
-			out = append(out, r)
+			want[w] = true
+		}
+	}
+	var out []string
+	for _, w := range workloadOrder {
+		if want[w] {
+			out = append(out, w)
 		}
 	}
 	return out, nil
+}
+
+func parseInts(name, s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s: %q is not a positive integer", name, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseOrder(s string) (runner.Ordering, error) {
+	switch s {
+	case "key":
+		return runner.KeyOrder, nil
+	case "partition":
+		return runner.PartitionOrder, nil
+	case "unordered":
+		return runner.Unordered, nil
+	}
+	return 0, fmt.Errorf("-order %q: want key, partition or unordered", s)
+}
+
+// run runs the selected workloads, prints the table and writes the report.
+func run(ctx context.Context, c config) error {
+	start := time.Now()
+	if err := pingKafka(ctx, c.brokers); err != nil {
+		return err
+	}
+	if slices.Contains(c.workloads, "cpu") {
+		c.hashRounds, c.hashTook = calibrate(c.cpuWork)
+	}
+	b, err := newBench(c)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	rep := &Report{At: start.UTC().Format(time.RFC3339), Machine: machine(), Command: os.Args, Config: c.params()}
+	for _, w := range c.workloads {
+		fmt.Printf("%s …\n", w)
+		var rows []Result
+		var cv Curve
+		var err error
+		switch w {
+		case "noop":
+			rows, err = b.noop(ctx)
+		case "sleep":
+			rows, err = b.sleepy(ctx)
+		case "cpu":
+			rows, err = b.cpu(ctx)
+		case "inbox":
+			rows, err = b.inbox(ctx)
+		case "concurrency":
+			cv, err = b.concurrencyCurve(ctx)
+		case "keys":
+			cv, err = b.keysCurve(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", w, err)
+		}
+		rep.Results = append(rep.Results, rows...)
+		if cv.Name != "" {
+			rep.Curves = append(rep.Curves, cv)
+		}
+	}
+	rep.Machine.LoadAfter = loadAverage()
+	rep.Seconds = time.Since(start).Seconds()
+	printReport(os.Stdout, rep)
+	if c.jsonOut != "" {
+		if err := writeReport(c.jsonOut, rep); err != nil {
+			return err
+		}
+	}
+	if c.plotsDir != "" && len(rep.Curves) > 0 {
+		if err := drawCurves(rep, c.plotsDir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pingKafka fails with a hint when no broker answers.
+func pingKafka(ctx context.Context, brokers []string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).ListBrokers(ctx); err != nil {
+		return fmt.Errorf("no Kafka broker answers at %s: %w; %s", strings.Join(brokers, ","), err, bedHint)
+	}
+	return nil
+}
+
+func (c config) params() Params {
+	return Params{Workloads: c.workloads, Records: c.records, Partitions: c.partitions, Size: c.size, Keys: c.keys,
+		Concurrency: c.concurrency, NoopConcurrency: c.noopConc, Order: c.order, Adapters: c.adapters,
+		Sleep: c.sleep.String(), RunFor: c.runFor.String(), CPUWork: c.hashTook.String(), HashRounds: c.hashRounds,
+		InboxRecords: c.inboxRecords, InboxBatch: c.inboxBatch, InboxWait: c.inboxWait.String(),
+		LatencyFor: c.latencyFor.String(), LatencyMaxRate: c.latencyMax, LatencyLoad: c.latencyLoad, Repeat: c.repeat, HighWaterMark: c.high,
+		CurveConcurrency: c.curveConc, CurveKeys: c.curveKeys}
+}
+
+func printReport(w io.Writer, rep *Report) {
+	fmt.Fprintf(w, "\n%d CPUs (%s), %s; load %s → %s; %.0fs in all\n\n", rep.Machine.CPUs, rep.Machine.CPUModel,
+		rep.Machine.GoVersion, rep.Machine.LoadBefore, rep.Machine.LoadAfter, rep.Seconds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "workload\tconsumer\trecords\ts\trecords/s\tvs baseline\tof theory\tp50 ms\tp99 ms\tRSS MiB\tCPU s")
+	for _, r := range rep.Results {
+		ratio, theory, p50, p99 := "", "", "", ""
+		if r.Baseline != "" {
+			ratio = fmt.Sprintf("%.2f× %s", r.Ratio, r.Baseline)
+		}
+		if r.Theoretical > 0 {
+			theory = fmt.Sprintf("%.0f%% of %.0f/s", 100*r.OfTheory, r.Theoretical)
+		}
+		if r.LatencyRecords > 0 {
+			p50, p99 = fmt.Sprintf("%.2f", r.P50), fmt.Sprintf("%.2f", r.P99)
+		}
+		consumer := r.Consumer
+		if r.PerTransaction > 0 {
+			consumer += fmt.Sprintf(" [%.1f/tx]", r.PerTransaction)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%.2f\n", r.Workload, consumer, r.Records, r.Seconds,
+			r.PerSecond, ratio, theory, p50, p99, r.PeakRSSMiB, r.CPUSeconds)
+	}
+	tw.Flush()
+	for _, cv := range rep.Curves {
+		fmt.Fprintf(w, "\ncurve %s (%s); theory %s, ceiling %.0f/s\n", cv.Name, cv.Fixed, cv.Theory, cv.Ceiling)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, cv.X+"\trecords\ts\trecords/s\ttheory/s\tof theory\t")
+		for _, p := range cv.Points {
+			fmt.Fprintf(tw, "%d\t%d\t%.2f\t%.0f\t%.0f\t%.0f%%\t\n", p.X, p.Records, p.Seconds, p.PerSecond, p.Theoretical, 100*p.OfTheory)
+		}
+		tw.Flush()
+	}
+}
+
+// machine describes this machine from /proc, best effort.
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, LoadBefore: loadAverage()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int
+		if _, err := fmt.Sscanf(string(b), "MemTotal: %d kB", &kb); err == nil {
+			m.MemoryMiB = kb / 1024
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.OS += " " + strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// startProfile starts a CPU profile into path, and an execution trace into
+// $TIDEMARK_BENCH_TRACE when set; the returned func stops both. An empty
+// path starts nothing.
+func startProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	stops := []func(){func() { pprof.StopCPUProfile(); f.Close() }}
+	if tp := os.Getenv("TIDEMARK_BENCH_TRACE"); tp != "" {
+		tf, err := os.Create(tp)
+		if err != nil {
+			stops[0]()
+			return nil, err
+		}
+		if err := trace.Start(tf); err != nil {
+			tf.Close()
+			stops[0]()
+			return nil, err
+		}
+		stops = append(stops, func() { trace.Stop(); tf.Close() })
+	}
+	return func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}, nil
 }
