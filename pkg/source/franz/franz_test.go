@@ -499,6 +499,8 @@ func (s *chanSink) Revoked(context.Context, []runner.TP, time.Time) error { retu
 func (s *chanSink) Lost(context.Context, []runner.TP) error               { return nil }
 func (s *chanSink) Fetched(_ context.Context, bs []runner.Batch) (int, error) {
 	for _, b := range bs {
+		// The source may reuse the records' memory once Fetched returned.
+		b.Records = slices.Clone(b.Records)
 		s.batches <- b
 	}
 	return 100, nil

@@ -73,6 +73,13 @@ type Source struct {
 	// no commit for them may go out under the new one (see Commit).
 	ownMu sync.Mutex
 	owned map[runner.TP]string
+
+	// recBufs are emptied record buffers, reused by the next poll (Run's
+	// goroutine only): the runner copies the records it is handed, and
+	// allocating a poll's worth of records anew each time was most of the
+	// garbage a fast consumer made. It holds at most as many buffers as
+	// one poll had partitions.
+	recBufs [][]runner.Record
 }
 
 // ErrClosed is returned by Run after Close.
@@ -245,6 +252,7 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 			continue
 		}
 		n, err := sink.Fetched(ctx, batches)
+		s.reuse(batches)
 		// Only now, with every record above recorded by the runner, may a
 		// revoke or loss callback run.
 		s.cl.AllowRebalance()
@@ -325,7 +333,7 @@ func (s *Source) batches(ctx context.Context, fetches kgo.Fetches) (out []runner
 			}
 			i = len(out)
 			idx[tp] = i
-			out = append(out, runner.Batch{TP: tp, Position: -1, HighWatermark: -1, Records: make([]runner.Record, 0, len(p.Records))})
+			out = append(out, runner.Batch{TP: tp, Position: -1, HighWatermark: -1, Records: s.recordBuf()})
 		}
 		b := &out[i]
 		b.HighWatermark = max(b.HighWatermark, p.HighWatermark)
@@ -340,6 +348,28 @@ func (s *Source) batches(ctx context.Context, fetches kgo.Fetches) (out []runner
 		}
 	})
 	return out, false, nil
+}
+
+// recordBuf returns an empty record buffer, reused when one is free.
+func (s *Source) recordBuf() []runner.Record {
+	if n := len(s.recBufs); n > 0 {
+		b := s.recBufs[n-1]
+		s.recBufs = s.recBufs[:n-1]
+		return b
+	}
+	return nil
+}
+
+// reuse keeps the batches' record buffers for the next poll once the runner
+// has copied their records, cleared so that they do not keep the fetched
+// data alive.
+func (s *Source) reuse(batches []runner.Batch) {
+	for _, b := range batches {
+		if cap(b.Records) > 0 {
+			clear(b.Records)
+			s.recBufs = append(s.recBufs, b.Records[:0])
+		}
+	}
 }
 
 // fatalFetch reports whether a fetch error cannot go away without the
