@@ -25,6 +25,9 @@ import (
 type batcher struct {
 	s  *Store
 	fn Effect
+	// apply runs a batch and sets each item's err: b.run, or a stand-in in
+	// the package's tests (which have no database).
+	apply func(batch []*item)
 
 	mu    sync.Mutex
 	parts map[runner.TP]*pending
@@ -64,7 +67,9 @@ type item struct {
 var errLead = errors.New("inbox: lead the next batch")
 
 func newBatcher(s *Store, fn Effect) *batcher {
-	return &batcher{s: s, fn: fn, parts: map[runner.TP]*pending{}}
+	b := &batcher{s: s, fn: fn, parts: map[runner.TP]*pending{}}
+	b.apply = b.run
+	return b
 }
 
 func (b *batcher) handle(ctx context.Context, rec runner.Record) error {
@@ -139,27 +144,83 @@ func (b *batcher) handOffLocked(p *pending) {
 
 // lead runs one batch with it first, answers the other records, hands the
 // lead on and returns its own result.
-func (b *batcher) lead(it *item, p *pending) error {
-	b.mu.Lock()
-	if w := b.s.cfg.batchWait; w > 0 && len(p.queue) < b.s.cfg.batch-1 {
-		// Gather: the records released by the previous batch come back a
-		// moment later, and a batch started at once would hold only the
-		// first of them.
-		full := make(chan struct{})
-		p.full = full
-		b.mu.Unlock()
-		t := time.NewTimer(w)
-		select {
-		case <-full:
-		case <-t.C:
-		case <-it.ctx.Done():
+//
+// The lead is handed on and every record taken into the batch answered even
+// when this goroutine unwinds without returning: a panic outside the
+// effects (they are recovered in call; a pgx tracer, a meter provider or a
+// logger is not) or runtime.Goexit (t.FailNow in an effect: recover does not
+// stop it). Otherwise the partition would stay marked running and its
+// records would wait forever. The records get errLeaderStopped, so the
+// runner's failure policy runs them again. That is safe whatever the batch
+// reached: its transaction has ended by then (runOnce's deferred rollback
+// ran during the unwind), so it either rolled back — the retry applies
+// them — or committed, and the retry is a replay. The panic itself goes on
+// to the runner, which makes it the error of the leader's own record.
+func (b *batcher) lead(it *item, p *pending) (err error) {
+	var batch []*item
+	done := false
+	defer func() {
+		if done {
+			return
 		}
-		t.Stop()
+		for _, q := range batch[min(1, len(batch)):] {
+			q.res <- fmt.Errorf("%w: %s, led by %s", errLeaderStopped, q.rec.String(), it.rec.String())
+		}
 		b.mu.Lock()
-		if p.full == full {
-			p.full = nil
-		}
+		defer b.mu.Unlock()
+		b.handOffLocked(p)
+	}()
+	b.gather(it, p)
+	batch = b.take(it, p)
+
+	b.apply(batch)
+
+	for _, q := range batch[1:] {
+		q.res <- q.err
 	}
+	b.mu.Lock()
+	b.handOffLocked(p)
+	b.mu.Unlock()
+	done = true
+	return it.err
+}
+
+// errLeaderStopped is the error of the records of a batch whose leader
+// unwound before it could answer them (see lead).
+var errLeaderStopped = errors.New("inbox: the goroutine leading the batch stopped (panic or runtime.Goexit outside the effects) before the result was known; run the record again")
+
+// gather waits, with BatchWait, for the batch to fill or BatchWait to pass.
+func (b *batcher) gather(it *item, p *pending) {
+	b.mu.Lock()
+	w := b.s.cfg.batchWait
+	if w <= 0 || len(p.queue) >= b.s.cfg.batch-1 {
+		b.mu.Unlock()
+		return
+	}
+	// The records released by the previous batch come back a moment
+	// later, and a batch started at once would hold only the first of
+	// them.
+	full := make(chan struct{})
+	p.full = full
+	b.mu.Unlock()
+	t := time.NewTimer(w)
+	select {
+	case <-full:
+	case <-t.C:
+	case <-it.ctx.Done():
+	}
+	t.Stop()
+	b.mu.Lock()
+	if p.full == full {
+		p.full = nil
+	}
+	b.mu.Unlock()
+}
+
+// take forms the batch: it, then up to Batch-1 waiting records.
+func (b *batcher) take(it *item, p *pending) []*item {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	it.state = itemTaken
 	batch := []*item{it}
 	// Two records with the same dedup key never share a batch: the batch
@@ -189,17 +250,7 @@ func (b *batcher) lead(it *item, p *pending) error {
 	}
 	clear(p.queue[len(rest):])
 	p.queue = rest
-	b.mu.Unlock()
-
-	b.run(batch)
-
-	for _, q := range batch[1:] {
-		q.res <- q.err
-	}
-	b.mu.Lock()
-	b.handOffLocked(p)
-	b.mu.Unlock()
-	return it.err
+	return batch
 }
 
 // run applies a batch and sets each item's err.
