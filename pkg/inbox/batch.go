@@ -33,8 +33,12 @@ type batcher struct {
 	parts map[runner.TP]*pending
 }
 
-// pending is one partition's queue.
+// pending is one partition's queue. It is in batcher.parts only while a
+// leader runs (running) — records can wait only then — and is dropped when
+// the partition goes idle, so parts holds the busy partitions, not every
+// partition the consumer ever had.
 type pending struct {
+	tp      runner.TP
 	queue   []*item       // waiting, oldest first
 	running bool          // a leader is running a batch
 	full    chan struct{} // closed when the queue fills a batch, while a leader waits (BatchWait)
@@ -81,7 +85,7 @@ func (b *batcher) handle(ctx context.Context, rec runner.Record) error {
 	b.mu.Lock()
 	p := b.parts[tp]
 	if p == nil {
-		p = &pending{}
+		p = &pending{tp: tp}
 		b.parts[tp] = p
 	}
 	if !p.running {
@@ -129,10 +133,18 @@ func (b *batcher) handle(ctx context.Context, rec runner.Record) error {
 }
 
 // handOffLocked gives the lead to the oldest waiting record, or marks the
-// partition idle. b.mu must be held.
+// partition idle and forgets it. b.mu must be held.
+//
+// Forgetting is safe: with no leader and nothing queued no handler call
+// holds p any more (a call that gave up while queued took itself out of
+// the queue, and one taken into a batch no longer looks at p), and the
+// next record of the partition starts a new pending as the first one did.
 func (b *batcher) handOffLocked(p *pending) {
 	if len(p.queue) == 0 {
 		p.running = false
+		if b.parts[p.tp] == p {
+			delete(b.parts, p.tp)
+		}
 		return
 	}
 	next := p.queue[0]

@@ -2,9 +2,11 @@ package inbox_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -57,7 +59,7 @@ func TestBatchLeaderStopsOutsideEffect(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				first, release := make(chan struct{}), make(chan struct{})
 				var batches atomic.Int32
-				h, _ := inbox.BatchHandler(s, func(recs []runner.Record) []error {
+				h, parts := inbox.BatchHandler(s, func(recs []runner.Record) []error {
 					switch batches.Add(1) {
 					case 1: // record 0 alone: hold it while 1, 2 and 3 queue
 						close(first)
@@ -126,7 +128,61 @@ func TestBatchLeaderStopsOutsideEffect(t *testing.T) {
 				case <-time.After(time.Minute):
 					t.Fatal("record 4 waited a minute: the partition is still marked running")
 				}
+				if n := parts(); n != 0 {
+					t.Fatalf("the batcher holds %d partitions after they went idle, want 0", n)
+				}
 			})
 		})
 	}
+}
+
+// TestBatcherForgetsIdlePartitions: the batcher keeps an entry only for a
+// partition with a batch running or records waiting, so a consumer that
+// sees many partitions over its life (rebalances, topics) does not grow
+// without bound (found in review: one entry per partition ever seen).
+func TestBatcherForgetsIdlePartitions(t *testing.T) {
+	const n = 200
+	tps := make([]runner.TP, n)
+	for i := range tps {
+		tps[i] = runner.TP{Topic: fmt.Sprint("t", i%7), Partition: int32(i)}
+	}
+	s := batchStore(t, 8, tps...)
+	synctest.Test(t, func(t *testing.T) {
+		hold := make(chan struct{})
+		h, parts := inbox.BatchHandler(s, func(recs []runner.Record) []error {
+			if slices.ContainsFunc(recs, func(r runner.Record) bool { return r.Offset == 0 }) {
+				<-hold
+			}
+			return make([]error, len(recs))
+		})
+		// Every partition busy at once: a batch held open, a record waiting.
+		errs := make(chan error, 2*n)
+		for _, tp := range tps {
+			for off := range int64(2) {
+				go func() {
+					errs <- h(context.Background(), runner.Record{Topic: tp.Topic, Partition: tp.Partition, Offset: off})
+				}()
+			}
+		}
+		synctest.Wait()
+		if got := parts(); got != n {
+			t.Fatalf("%d partitions while all are busy, want %d", got, n)
+		}
+		close(hold)
+		for range 2 * n {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := parts(); got != 0 {
+			t.Fatalf("the batcher holds %d partitions after all went idle, want 0", got)
+		}
+		// And one entry comes back when a partition is used again.
+		if err := h(context.Background(), runner.Record{Topic: tps[0].Topic, Partition: tps[0].Partition, Offset: 5}); err != nil {
+			t.Fatal(err)
+		}
+		if got := parts(); got != 0 {
+			t.Fatalf("%d partitions after one more record, want 0", got)
+		}
+	})
 }
