@@ -25,13 +25,20 @@ import (
 type batcher struct {
 	s  *Store
 	fn Effect
+	// apply runs a batch and sets each item's err: b.run, or a stand-in in
+	// the package's tests (which have no database).
+	apply func(batch []*item)
 
 	mu    sync.Mutex
 	parts map[runner.TP]*pending
 }
 
-// pending is one partition's queue.
+// pending is one partition's queue. It is in batcher.parts only while a
+// leader runs (running) — records can wait only then — and is dropped when
+// the partition goes idle, so parts holds the busy partitions, not every
+// partition the consumer ever had.
 type pending struct {
+	tp      runner.TP
 	queue   []*item       // waiting, oldest first
 	running bool          // a leader is running a batch
 	full    chan struct{} // closed when the queue fills a batch, while a leader waits (BatchWait)
@@ -64,7 +71,9 @@ type item struct {
 var errLead = errors.New("inbox: lead the next batch")
 
 func newBatcher(s *Store, fn Effect) *batcher {
-	return &batcher{s: s, fn: fn, parts: map[runner.TP]*pending{}}
+	b := &batcher{s: s, fn: fn, parts: map[runner.TP]*pending{}}
+	b.apply = b.run
+	return b
 }
 
 func (b *batcher) handle(ctx context.Context, rec runner.Record) error {
@@ -76,7 +85,7 @@ func (b *batcher) handle(ctx context.Context, rec runner.Record) error {
 	b.mu.Lock()
 	p := b.parts[tp]
 	if p == nil {
-		p = &pending{}
+		p = &pending{tp: tp}
 		b.parts[tp] = p
 	}
 	if !p.running {
@@ -124,10 +133,18 @@ func (b *batcher) handle(ctx context.Context, rec runner.Record) error {
 }
 
 // handOffLocked gives the lead to the oldest waiting record, or marks the
-// partition idle. b.mu must be held.
+// partition idle and forgets it. b.mu must be held.
+//
+// Forgetting is safe: with no leader and nothing queued no handler call
+// holds p any more (a call that gave up while queued took itself out of
+// the queue, and one taken into a batch no longer looks at p), and the
+// next record of the partition starts a new pending as the first one did.
 func (b *batcher) handOffLocked(p *pending) {
 	if len(p.queue) == 0 {
 		p.running = false
+		if b.parts[p.tp] == p {
+			delete(b.parts, p.tp)
+		}
 		return
 	}
 	next := p.queue[0]
@@ -139,27 +156,83 @@ func (b *batcher) handOffLocked(p *pending) {
 
 // lead runs one batch with it first, answers the other records, hands the
 // lead on and returns its own result.
-func (b *batcher) lead(it *item, p *pending) error {
-	b.mu.Lock()
-	if w := b.s.cfg.batchWait; w > 0 && len(p.queue) < b.s.cfg.batch-1 {
-		// Gather: the records released by the previous batch come back a
-		// moment later, and a batch started at once would hold only the
-		// first of them.
-		full := make(chan struct{})
-		p.full = full
-		b.mu.Unlock()
-		t := time.NewTimer(w)
-		select {
-		case <-full:
-		case <-t.C:
-		case <-it.ctx.Done():
+//
+// The lead is handed on and every record taken into the batch answered even
+// when this goroutine unwinds without returning: a panic outside the
+// effects (they are recovered in call; a pgx tracer, a meter provider or a
+// logger is not) or runtime.Goexit (t.FailNow in an effect: recover does not
+// stop it). Otherwise the partition would stay marked running and its
+// records would wait forever. The records get errLeaderStopped, so the
+// runner's failure policy runs them again. That is safe whatever the batch
+// reached: its transaction has ended by then (runOnce's deferred rollback
+// ran during the unwind), so it either rolled back — the retry applies
+// them — or committed, and the retry is a replay. The panic itself goes on
+// to the runner, which makes it the error of the leader's own record.
+func (b *batcher) lead(it *item, p *pending) (err error) {
+	var batch []*item
+	done := false
+	defer func() {
+		if done {
+			return
 		}
-		t.Stop()
+		for _, q := range batch[min(1, len(batch)):] {
+			q.res <- fmt.Errorf("%w: %s, led by %s", errLeaderStopped, q.rec.String(), it.rec.String())
+		}
 		b.mu.Lock()
-		if p.full == full {
-			p.full = nil
-		}
+		defer b.mu.Unlock()
+		b.handOffLocked(p)
+	}()
+	b.gather(it, p)
+	batch = b.take(it, p)
+
+	b.apply(batch)
+
+	for _, q := range batch[1:] {
+		q.res <- q.err
 	}
+	b.mu.Lock()
+	b.handOffLocked(p)
+	b.mu.Unlock()
+	done = true
+	return it.err
+}
+
+// errLeaderStopped is the error of the records of a batch whose leader
+// unwound before it could answer them (see lead).
+var errLeaderStopped = errors.New("inbox: the goroutine leading the batch stopped (panic or runtime.Goexit outside the effects) before the result was known; run the record again")
+
+// gather waits, with BatchWait, for the batch to fill or BatchWait to pass.
+func (b *batcher) gather(it *item, p *pending) {
+	b.mu.Lock()
+	w := b.s.cfg.batchWait
+	if w <= 0 || len(p.queue) >= b.s.cfg.batch-1 {
+		b.mu.Unlock()
+		return
+	}
+	// The records released by the previous batch come back a moment
+	// later, and a batch started at once would hold only the first of
+	// them.
+	full := make(chan struct{})
+	p.full = full
+	b.mu.Unlock()
+	t := time.NewTimer(w)
+	select {
+	case <-full:
+	case <-t.C:
+	case <-it.ctx.Done():
+	}
+	t.Stop()
+	b.mu.Lock()
+	if p.full == full {
+		p.full = nil
+	}
+	b.mu.Unlock()
+}
+
+// take forms the batch: it, then up to Batch-1 waiting records.
+func (b *batcher) take(it *item, p *pending) []*item {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	it.state = itemTaken
 	batch := []*item{it}
 	// Two records with the same dedup key never share a batch: the batch
@@ -189,17 +262,7 @@ func (b *batcher) lead(it *item, p *pending) error {
 	}
 	clear(p.queue[len(rest):])
 	p.queue = rest
-	b.mu.Unlock()
-
-	b.run(batch)
-
-	for _, q := range batch[1:] {
-		q.res <- q.err
-	}
-	b.mu.Lock()
-	b.handOffLocked(p)
-	b.mu.Unlock()
-	return it.err
+	return batch
 }
 
 // run applies a batch and sets each item's err.

@@ -1,5 +1,7 @@
 package inbox
 
+import "github.com/tidemark/tidemark/pkg/runner"
+
 // Exports for the external tests of this package.
 
 var (
@@ -15,3 +17,29 @@ var (
 
 // DedupKeyOf returns the dedup key s gives rec.
 var DedupKeyOf = (*Store).dedupKey
+
+// SetEpoch gives s a lease epoch for tp as its assign hook would, without a
+// database.
+func SetEpoch(s *Store, tp runner.TP, epoch int64) { s.setEpoch(tp, epoch) }
+
+// BatchHandler returns s's Batch handler (s needs Batch > 1) with its
+// batches run by apply instead of PostgreSQL: apply gets the batch's
+// records, leader first, and returns each one's result. parts reports how
+// many partitions the batcher holds an entry for.
+func BatchHandler(s *Store, apply func(recs []runner.Record) []error) (h runner.Handler, parts func() int) {
+	b := newBatcher(s, nil)
+	b.apply = func(batch []*item) {
+		recs := make([]runner.Record, len(batch))
+		for i, it := range batch {
+			recs[i] = it.rec
+		}
+		for i, err := range apply(recs) {
+			batch[i].err = err
+		}
+	}
+	return b.handle, func() int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.parts)
+	}
+}

@@ -51,9 +51,14 @@ type Effect func(ctx context.Context, tx pgx.Tx, rec runner.Record) error
 // goroutine of whichever record leads the batch, its ctx is cancelled only
 // when every record of the batch has given up, and a panic in fn is
 // recovered and reported as that record's error, so it cannot strand the
-// other records. A record whose own ctx ends while it waits returns
-// ctx.Err(); if its effect was already in the batch it commits, and the
-// replay finds the row.
+// other records. If the leading goroutine unwinds in another way — a panic
+// outside fn (a tracer, a meter provider, a logger) or runtime.Goexit in fn
+// (t.FailNow), which recover does not stop — the panic goes on to the
+// runner as the leader's record's error, and every other record of its
+// batch returns an error, so the runner's failure policy runs it again (a
+// replay if the batch had committed). A record whose own ctx ends while it
+// waits returns ctx.Err(); if its effect was already in the batch it
+// commits, and the replay finds the row.
 func (s *Store) Handler(fn Effect) runner.Handler {
 	if fn == nil {
 		return func(ctx context.Context, rec runner.Record) error {
