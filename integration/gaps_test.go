@@ -120,6 +120,7 @@ type spyLog struct {
 	owned map[string]map[runner.TP]*spyAssignment
 	// per partition: the last acknowledged commit by any member.
 	lastAck     map[runner.TP]spyAck
+	lost        map[string]int // member → partitions it reported lost
 	assignments int
 	sent, acked int
 	violations  []string
@@ -133,7 +134,7 @@ type spyAck struct {
 }
 
 func newSpyLog() *spyLog {
-	return &spyLog{owned: map[string]map[runner.TP]*spyAssignment{}, lastAck: map[runner.TP]spyAck{}}
+	return &spyLog{owned: map[string]map[runner.TP]*spyAssignment{}, lastAck: map[runner.TP]spyAck{}, lost: map[string]int{}}
 }
 
 func (l *spyLog) violate(format string, a ...any) {
@@ -236,6 +237,9 @@ func (k spySink) Revoked(ctx context.Context, tps []runner.TP, deadline time.Tim
 func (k spySink) Lost(ctx context.Context, tps []runner.TP) error {
 	err := k.Sink.Lost(ctx, tps)
 	k.s.log.drop(k.s.name, tps)
+	k.s.log.mu.Lock()
+	k.s.log.lost[k.s.name] += len(tps)
+	k.s.log.mu.Unlock()
 	return err
 }
 
