@@ -82,3 +82,42 @@ func TestFencedIsNeitherCompletedNorRetried(t *testing.T) {
 		t.Fatalf("fenced record ran %d times, want 1 (no retry)", n)
 	}
 }
+
+// TestAssignHookSeesGeneration: the hook gets the generation and member id
+// of each assignment as the source reports them — runnertest numbers its
+// Assign calls 1, 2, … and AssignGeneration gives one explicitly (the same
+// one again, or -1 for a source that does not know it).
+func TestAssignHookSeesGeneration(t *testing.T) {
+	src := runnertest.New()
+	src.Member = "m-1"
+	got := make(chan runner.Assignment, 8)
+	r := newRunner(t, src, runner.Handle(topic, func(context.Context, runner.Record) error { return nil }),
+		runner.OnAssign(func(ctx context.Context, a runner.Assignment) (runner.Applied, error) {
+			got <- a
+			return nil, nil
+		}))
+	started(t, r)
+	ctx := context.Background()
+	step := func(name string, do func() error, want runner.Assignment) {
+		t.Helper()
+		if err := do(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if a := <-got; a != want {
+			t.Fatalf("%s: hook got %+v, want %+v", name, a, want)
+		}
+		if err := src.Revoke(ctx, want.TP); err != nil {
+			t.Fatalf("%s: revoke: %v", name, err)
+		}
+	}
+	step("first Assign", func() error { return src.Assign(ctx, tp(0)) },
+		runner.Assignment{TP: tp(0), Start: -1, Generation: 1, Member: "m-1"})
+	step("second Assign", func() error { return src.Assign(ctx, tp(1)) },
+		runner.Assignment{TP: tp(1), Start: -1, Generation: 2, Member: "m-1"})
+	step("same generation again", func() error { return src.AssignGeneration(ctx, 2, tp(0)) },
+		runner.Assignment{TP: tp(0), Start: -1, Generation: 2, Member: "m-1"})
+	step("unknown generation", func() error { return src.AssignGeneration(ctx, runner.NoGeneration, tp(1)) },
+		runner.Assignment{TP: tp(1), Start: -1, Generation: -1, Member: "m-1"})
+	step("Assign counts on from the highest", func() error { return src.Assign(ctx, tp(0)) },
+		runner.Assignment{TP: tp(0), Start: -1, Generation: 3, Member: "m-1"})
+}

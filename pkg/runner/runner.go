@@ -425,7 +425,8 @@ func (r *Runner) assign(a Assignment, applied Applied) {
 	if r.globalPaused {
 		r.flowDirty = append(r.flowDirty, ps)
 	}
-	r.log.Debug("partition assigned", "partition", a.TP.String(), "epoch", uint64(ps.epoch), "start", a.Start)
+	r.log.Debug("partition assigned", "partition", a.TP.String(), "epoch", uint64(ps.epoch), "start", a.Start,
+		"generation", a.Generation, "member", a.Member)
 }
 
 func (r *Runner) deliver(b *Batch) {
@@ -1083,7 +1084,8 @@ func (r *Runner) runHook(ctx context.Context, h AssignHook, a Assignment) (Appli
 		if err == nil {
 			return f, nil
 		}
-		r.log.Error("assign hook failed; retrying, the partition's records wait", "partition", a.TP.String(), "attempt", attempt, "err", err)
+		r.log.Error("assign hook failed; retrying, the partition's records wait", "partition", a.TP.String(),
+			"generation", a.Generation, "member", a.Member, "attempt", attempt, "err", err)
 		tm := time.NewTimer(backoff(r.cfg.backoffInitial, r.cfg.backoffMax, attempt))
 		select {
 		case <-tm.C:

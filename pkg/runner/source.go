@@ -44,14 +44,34 @@ type Offset struct {
 	Offset int64
 }
 
-// Assignment is one partition given to this member. Start is the first offset
-// the source will deliver, or watermark.Unknown when the source learns it only
-// from the first fetch (franz-go reports an assignment before fetching its
-// committed offsets).
+// Assignment is one partition given to this member.
 type Assignment struct {
-	TP    TP
+	TP TP
+	// Start is the first offset the source will deliver, or
+	// watermark.Unknown when the source learns it only from the first fetch
+	// (franz-go reports an assignment before fetching its committed
+	// offsets).
 	Start int64
+	// Generation is the consumer group generation in which this member got
+	// the partition, or -1 when the source does not know it (the zero
+	// value, 0, is a real generation: sources set -1 explicitly). Within a
+	// group, generations only grow and a partition is given to one member
+	// per generation, so of two assignments of the same partition the one
+	// with the higher generation is the newer; equal generations are the
+	// same assignment (a member that rejoined and got the current
+	// generation back, or a static member replaced without a rebalance).
+	// An assign hook uses it to refuse a stale assignment that reaches it
+	// late (pkg/inbox does). Generations restart when the group's metadata
+	// is deleted.
+	Generation int32
+	// Member is the member id the group coordinator gave this member for
+	// that generation, or "" when the source does not know it.
+	Member string
 }
+
+// NoGeneration is Assignment.Generation when the source does not know the
+// generation of the assignment.
+const NoGeneration int32 = -1
 
 // Batch is the records fetched for one partition, in offset order. Position,
 // when not negative, is the source's next fetch offset after these records;
@@ -118,8 +138,15 @@ var ErrFenced = errors.New("runner: fenced by a newer owner")
 // AssignHook runs when partitions are assigned, before any of their records
 // run, on the source's goroutine (so a revoke or fetch waits for it). It can
 // take a lease on the partition and return an Applied filter. An error is
-// retried with the runner's backoff until it succeeds or the runner stops:
-// records of a partition whose hook failed are never handled.
+// retried with the runner's backoff until it succeeds, the runner stops, or
+// ctx ends: records of a partition whose hook failed are never handled. ctx
+// is the one the source passed to Sink.Assigned: the kafkago adapter's ends
+// with the assignment's generation; franz-go's is Run's (franz-go cannot
+// end the assignment while its callback runs). Because a hook can still be
+// retrying after the assignment ended — and after the partition went to
+// another member — a hook that takes a lease must refuse an assignment
+// older than the lease's (Assignment.Generation), rather than take the
+// lease from the newer owner.
 type AssignHook func(ctx context.Context, a Assignment) (Applied, error)
 
 // Applied reports whether the record at offset already had its effect

@@ -22,6 +22,9 @@ import (
 type Source struct {
 	// BatchSize caps the records of one Fetched call. Default 100.
 	BatchSize int
+	// Member is the member id Assign reports in each Assignment. Default
+	// "runnertest". Set it before the first Assign.
+	Member string
 
 	mu        sync.Mutex
 	opMu      sync.Mutex // held while calling the sink
@@ -39,6 +42,7 @@ type Source struct {
 	maxBatch  map[runner.TP]int
 	hold      chan struct{}
 	holding   chan struct{}
+	gen       int32 // the generation of the last Assign
 }
 
 type cursor struct{ next int } // index into the partition's log
@@ -170,8 +174,23 @@ func (s *Source) sinkReady(ctx context.Context) (runner.Sink, error) {
 }
 
 // Assign gives tps to the runner, starting at their committed offsets (the
-// first record of the log when nothing was committed).
+// first record of the log when nothing was committed), in a new generation:
+// one more than the last Assign's, starting at 1, as a group coordinator
+// numbers its rebalances.
 func (s *Source) Assign(ctx context.Context, tps ...runner.TP) error {
+	return s.assign(ctx, func(last int32) int32 { return last + 1 }, tps)
+}
+
+// AssignGeneration is Assign in the given generation: -1
+// (runner.NoGeneration) for a source that does not know it, the last one
+// again for a member that rejoined and got the current generation back, or
+// any other to play a broker's numbering. Later Assign calls count on from
+// the highest generation given.
+func (s *Source) AssignGeneration(ctx context.Context, generation int32, tps ...runner.TP) error {
+	return s.assign(ctx, func(int32) int32 { return generation }, tps)
+}
+
+func (s *Source) assign(ctx context.Context, next func(last int32) int32, tps []runner.TP) error {
 	sink, err := s.sinkReady(ctx)
 	if err != nil {
 		return err
@@ -179,6 +198,12 @@ func (s *Source) Assign(ctx context.Context, tps ...runner.TP) error {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	s.mu.Lock()
+	gen := next(s.gen)
+	s.gen = max(s.gen, gen)
+	member := s.Member
+	if member == "" {
+		member = "runnertest"
+	}
 	as := make([]runner.Assignment, 0, len(tps))
 	for _, tp := range tps {
 		start := int64(watermark.Unknown)
@@ -190,7 +215,7 @@ func (s *Source) Assign(ctx context.Context, tps ...runner.TP) error {
 			}
 		}
 		s.owned[tp] = &cursor{next: next}
-		as = append(as, runner.Assignment{TP: tp, Start: start})
+		as = append(as, runner.Assignment{TP: tp, Start: start, Generation: gen, Member: member})
 	}
 	s.mu.Unlock()
 	err = sink.Assigned(ctx, as)
