@@ -829,3 +829,73 @@ func TestNoCommitAfterLost(t *testing.T) {
 		t.Fatalf("committed %d, want 7", got)
 	}
 }
+
+// hookLog records the assignments an assign hook sees.
+type hookLog struct {
+	mu  sync.Mutex
+	got []runner.Assignment
+}
+
+func (l *hookLog) hook(_ context.Context, a runner.Assignment) (runner.Applied, error) {
+	l.mu.Lock()
+	l.got = append(l.got, a)
+	l.mu.Unlock()
+	return nil, nil
+}
+
+func (l *hookLog) all() []runner.Assignment {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.got)
+}
+
+// TestAssignmentGeneration: each assignment carries the classic group
+// generation it was made in and the member id, so an assign hook can tell
+// the newer of two assignments of a partition: a partition that moves to
+// a second member is assigned there in a later generation than the first
+// member got it in. Under KIP-848 franz-go has only the member epoch,
+// which is not the assignment's generation: the adapter reports none (-1).
+func TestAssignmentGeneration(t *testing.T) {
+	const parts = 4
+	t.Run("classic", func(t *testing.T) {
+		c := newCluster(t)
+		c.topic(t, "t", parts)
+		var l1, l2 hookLog
+		m1 := startMember(t, c, "g", []string{"t"}, func(context.Context, runner.Record) error { return nil }, nil, runner.OnAssign(l1.hook))
+		waitFor(t, 20*time.Second, "the first member owns every partition", func() bool { return len(l1.all()) == parts })
+		first := map[runner.TP]runner.Assignment{}
+		for _, a := range l1.all() {
+			if a.Generation < 1 || a.Member == "" {
+				t.Fatalf("first member's assignment %+v: want a generation ≥ 1 and a member id", a)
+			}
+			if a.Generation != l1.all()[0].Generation || a.Member != l1.all()[0].Member {
+				t.Fatalf("one rebalance's assignments differ: %+v", l1.all())
+			}
+			first[a.TP] = a
+		}
+		startMember(t, c, "g", []string{"t"}, func(context.Context, runner.Record) error { return nil }, nil, runner.OnAssign(l2.hook))
+		waitFor(t, 20*time.Second, "the second member owns partitions", func() bool { return len(l2.all()) > 0 && len(m1.src.ownedTPs()) < parts })
+		for _, a := range l2.all() {
+			prev := first[a.TP]
+			if a.Member == "" || a.Member == prev.Member {
+				t.Errorf("moved %s: member %q, want a member id other than the first member's %q", a.TP, a.Member, prev.Member)
+			}
+			if a.Generation <= prev.Generation {
+				t.Errorf("moved %s: generation %d, want above the first member's %d", a.TP, a.Generation, prev.Generation)
+			}
+		}
+	})
+	t.Run("kip848", func(t *testing.T) {
+		c := newCluster(t)
+		c.topic(t, "t", parts)
+		var l hookLog
+		startMember(t, c, "g", []string{"t"}, func(context.Context, runner.Record) error { return nil },
+			[]franz.Option{franz.ServerSideAssignment()}, runner.OnAssign(l.hook))
+		waitFor(t, 20*time.Second, "the member owns every partition", func() bool { return len(l.all()) == parts })
+		for _, a := range l.all() {
+			if a.Generation != runner.NoGeneration || a.Member == "" {
+				t.Errorf("assignment %+v: want generation -1 (unknown under KIP-848) and a member id", a)
+			}
+		}
+	})
+}

@@ -425,7 +425,7 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 	// revokes. Partitions still owned were kept by this session's
 	// assignment: they belong to the current member id now, even if the
 	// member rejoined under a new one (see owned).
-	member, _ := s.cl.GroupMetadata()
+	member, gen := s.cl.GroupMetadata()
 	s.ownMu.Lock()
 	for tp := range s.owned {
 		s.owned[tp] = member
@@ -445,9 +445,24 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 	if sink == nil {
 		return
 	}
+	// The generation orders this assignment against other members' (an
+	// assign hook refuses one older than the partition's lease). In the
+	// classic protocol it is the group's generation, which cannot change
+	// until this callback returns. Under KIP-848 GroupMetadata returns the
+	// member epoch instead, which franz-go's heartbeat goroutine stores
+	// from every response (keepalives included) concurrently with this
+	// callback, and which a rejoining member restarts at 0: the value read
+	// here is not the epoch the partition was assigned in, and nothing
+	// promises it orders this member's assignment against the next
+	// owner's. So pass none (the hook then takes the lease
+	// unconditionally, as before), rather than a number that may look
+	// newer than it is.
+	if s.cfg.serverSide {
+		gen = runner.NoGeneration
+	}
 	as := make([]runner.Assignment, len(tps))
 	for i, tp := range tps {
-		as[i] = runner.Assignment{TP: tp, Start: watermark.Unknown}
+		as[i] = runner.Assignment{TP: tp, Start: watermark.Unknown, Generation: gen, Member: member}
 	}
 	if err := sink.Assigned(ctx, as); !benign(ctx, err) {
 		s.log.Warn("runner did not take the assignment", "partitions", tpStrings(tps), "err", err)
