@@ -338,7 +338,7 @@ func (s *Source) generation(ctx, gctx context.Context, sink runner.Sink, kg *kaf
 	as := make([]runner.Assignment, len(tps))
 	for i, tp := range tps {
 		g.fetchers[tp] = newFetcher(s, tp, starts[tp])
-		as[i] = runner.Assignment{TP: tp, Start: starts[tp]}
+		as[i] = runner.Assignment{TP: tp, Start: starts[tp], Generation: kg.ID, Member: kg.MemberID}
 	}
 	s.ownMu.Lock()
 	s.cur, g.active = g, true
@@ -352,7 +352,10 @@ func (s *Source) generation(ctx, gctx context.Context, sink runner.Sink, kg *kaf
 	fatal := make(chan error, len(tps))
 	fctx, stopFetchers := context.WithCancel(lctx)
 	defer stopFetchers()
-	switch err := sink.Assigned(ctx, as); {
+	// lctx, not ctx: an assign hook still retrying (a database outage)
+	// when the generation ends gives up, instead of taking a lease for an
+	// assignment that is over. Nothing is assigned then.
+	switch err := sink.Assigned(lctx, as); {
 	case err == nil:
 		for _, tp := range tps {
 			f := g.fetchers[tp]
@@ -365,7 +368,7 @@ func (s *Source) generation(ctx, gctx context.Context, sink runner.Sink, kg *kaf
 	case errors.Is(err, runner.ErrStopped):
 		log.Debug("runner stopping; not fetching")
 	default:
-		// Run's ctx ended: nothing was assigned.
+		// Run's ctx or the generation ended: nothing was assigned.
 		s.deactivate(g)
 		return nil
 	}
