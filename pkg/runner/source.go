@@ -60,9 +60,10 @@ type Assignment struct {
 	// with the higher generation is the newer; equal generations are the
 	// same assignment (a member that rejoined and got the current
 	// generation back, or a static member replaced without a rebalance).
-	// An assign hook uses it to refuse a stale assignment that reaches it
-	// late (pkg/inbox does). Generations restart when the group's metadata
-	// is deleted.
+	// An assign hook can use it to refuse a stale assignment that reaches
+	// it late; generations restart when the group's metadata is deleted, so
+	// such a rule needs a way to reset (docs/inbox.md: why pkg/inbox does
+	// not use it yet).
 	Generation int32
 	// Member is the member id the group coordinator gave this member for
 	// that generation, or "" when the source does not know it.
@@ -144,9 +145,8 @@ var ErrFenced = errors.New("runner: fenced by a newer owner")
 // with the assignment's generation; franz-go's is Run's (franz-go cannot
 // end the assignment while its callback runs). Because a hook can still be
 // retrying after the assignment ended — and after the partition went to
-// another member — a hook that takes a lease must refuse an assignment
-// older than the lease's (Assignment.Generation), rather than take the
-// lease from the newer owner.
+// another member — a hook that takes a lease can take it from the newer
+// owner; Assignment.Generation lets it tell the two apart.
 type AssignHook func(ctx context.Context, a Assignment) (Applied, error)
 
 // Applied reports whether the record at offset already had its effect
