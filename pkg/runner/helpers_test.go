@@ -98,24 +98,30 @@ func newMeter() *meter {
 	return &meter{reader: r, provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))}
 }
 
-// sum returns the total of an Int64 counter.
-func (m *meter) sum(t *testing.T, name string) int64 {
+// metric collects and returns the data of the metric called name, or nil.
+func (m *meter) metric(t *testing.T, name string) metricdata.Aggregation {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := m.reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	var total int64
 	for _, sm := range rm.ScopeMetrics {
 		for _, mm := range sm.Metrics {
-			if mm.Name != name {
-				continue
+			if mm.Name == name {
+				return mm.Data
 			}
-			if s, ok := mm.Data.(metricdata.Sum[int64]); ok {
-				for _, dp := range s.DataPoints {
-					total += dp.Value
-				}
-			}
+		}
+	}
+	return nil
+}
+
+// sum returns the total of an Int64 counter.
+func (m *meter) sum(t *testing.T, name string) int64 {
+	t.Helper()
+	var total int64
+	if s, ok := m.metric(t, name).(metricdata.Sum[int64]); ok {
+		for _, dp := range s.DataPoints {
+			total += dp.Value
 		}
 	}
 	return total
@@ -124,18 +130,10 @@ func (m *meter) sum(t *testing.T, name string) int64 {
 // count returns the number of measurements of a Float64 histogram.
 func (m *meter) count(t *testing.T, name string) uint64 {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := m.reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
 	var n uint64
-	for _, sm := range rm.ScopeMetrics {
-		for _, mm := range sm.Metrics {
-			if h, ok := mm.Data.(metricdata.Histogram[float64]); ok && mm.Name == name {
-				for _, dp := range h.DataPoints {
-					n += dp.Count
-				}
-			}
+	if h, ok := m.metric(t, name).(metricdata.Histogram[float64]); ok {
+		for _, dp := range h.DataPoints {
+			n += dp.Count
 		}
 	}
 	return n
