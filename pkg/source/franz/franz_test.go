@@ -899,3 +899,64 @@ func TestAssignmentGeneration(t *testing.T) {
 		}
 	})
 }
+
+// TestKeptAcrossRejoin: when the coordinator removes a member (its session
+// expired while the process was stopped, here an admin LeaveGroup) and the
+// member learns it from a refused commit, franz-go rejoins under a new
+// member id and keeps the partitions the new session gives it back as if
+// they had never left. They did: another member could have owned them in
+// between, handled records, committed and taken their inbox leases. The
+// source reports them lost and assigns them anew — the assign hook runs
+// again (the inbox takes its lease back) and the new assignment starts at
+// the group's committed offset — instead of going on under the old epoch.
+// Without that a chaos run stalled: the member kept partitions whose inbox
+// leases another member had bumped, and every record was fenced.
+func TestKeptAcrossRejoin(t *testing.T) {
+	c := newCluster(t)
+	c.topic(t, "t", 1)
+	c.produce(t, "t", 1, 200, 10)
+	tp := runner.TP{Topic: "t", Partition: 0}
+	var l hookLog
+	slow := func(ctx context.Context, _ runner.Record) error {
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	// Heartbeats rarely, commits often: the refused commit, not a
+	// heartbeat, tells the member it was removed.
+	m := startMember(t, c, "g", []string{"t"}, slow,
+		[]franz.Option{franz.SessionTimeout(10 * time.Second), franz.HeartbeatInterval(9 * time.Second)},
+		runner.OnAssign(l.hook), runner.CommitInterval(5*time.Millisecond), runner.Concurrency(1))
+	waitFor(t, 20*time.Second, "the first assignment and some commits", func() bool {
+		return len(l.all()) == 1 && c.committed(t, "g")[tp] >= 20
+	})
+	oldID, _ := m.src.Client().GroupMetadata()
+
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = "g"
+	mem := kmsg.NewLeaveGroupRequestMember()
+	mem.MemberID = oldID
+	req.Members = append(req.Members, mem)
+	if _, err := req.RequestWith(context.Background(), c.cl); err != nil {
+		t.Fatalf("removing the member: %v", err)
+	}
+
+	waitFor(t, 20*time.Second, "the partition assigned again under a new member id", func() bool {
+		all := l.all()
+		return len(all) >= 2 && all[len(all)-1].Member != oldID
+	})
+	again := l.all()[1]
+	if again.TP != tp || again.Member == oldID || again.Member == "" {
+		t.Fatalf("second assignment %+v: want %s under a new member id (was %s)", again, tp, oldID)
+	}
+	if len(m.src.lostTPs()) == 0 {
+		t.Fatal("the partition kept across the rejoin was never reported lost")
+	}
+	if again.Start < 0 {
+		t.Errorf("second assignment starts at %d, want the committed offset", again.Start)
+	}
+	waitFor(t, 30*time.Second, "committed == end offsets", committedAtEnd(t, c, "g", "t"))
+	m.shutdown(t)
+}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -423,23 +424,38 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 	tps := tpsOf(assigned)
 	// franz-go calls this at the start of every group session, after the
 	// revokes. Partitions still owned were kept by this session's
-	// assignment: they belong to the current member id now, even if the
-	// member rejoined under a new one (see owned).
+	// assignment. Those kept under the current member id continue as they
+	// are. Those assigned under an earlier member id (see owned) were not
+	// ours in between: the coordinator removed this member (its session
+	// expired, e.g. while the process was stopped) and it rejoined under a
+	// new id, but franz-go keeps the partitions as if nothing happened. In
+	// between another member may have owned them, handled their records,
+	// committed past them and taken their inbox leases. They are lost and
+	// assigned anew (rejoined).
 	member, gen := s.cl.GroupMetadata()
 	s.ownMu.Lock()
-	for tp := range s.owned {
-		s.owned[tp] = member
+	var rejoined []runner.TP
+	for tp, m := range s.owned {
+		if m != member && !slices.Contains(tps, tp) {
+			rejoined = append(rejoined, tp)
+		}
 	}
 	for _, tp := range tps {
 		s.owned[tp] = member
 	}
 	s.ownMu.Unlock()
+	starts := map[runner.TP]int64{}
+	if len(rejoined) > 0 {
+		sortTPs(rejoined)
+		starts = s.rejoin(rejoined, member)
+		tps = append(tps, rejoined...)
+	}
 	if len(tps) == 0 {
 		return
 	}
 	// The runner starts a new assignment unpaused; drop a pause franz-go
 	// may still hold from an earlier assignment of the same partition.
-	s.cl.ResumeFetchPartitions(assigned)
+	s.cl.ResumeFetchPartitions(mapOf(tps))
 	s.log.Info("partitions assigned", "partitions", tpStrings(tps))
 	sink, ctx := s.sinkOf()
 	if sink == nil {
@@ -462,11 +478,67 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 	}
 	as := make([]runner.Assignment, len(tps))
 	for i, tp := range tps {
-		as[i] = runner.Assignment{TP: tp, Start: watermark.Unknown, Generation: gen, Member: member}
+		start, ok := starts[tp]
+		if !ok {
+			start = watermark.Unknown
+		}
+		as[i] = runner.Assignment{TP: tp, Start: start, Generation: gen, Member: member}
 	}
 	if err := sink.Assigned(ctx, as); !benign(ctx, err) {
 		s.log.Warn("runner did not take the assignment", "partitions", tpStrings(tps), "err", err)
 	}
+}
+
+// rejoin handles partitions franz-go kept across a member id change: it
+// reports them lost (the runner ends their assignment and commits nothing
+// more for it), moves the client's fetch position back to the group's
+// committed offsets (another member may have committed past where this one
+// stopped; continuing from its own position would commit behind them), and
+// owns them again under member. It returns the committed offsets it found,
+// the start of the new assignments; a partition it could not read starts
+// where the client goes on fetching.
+func (s *Source) rejoin(tps []runner.TP, member string) map[runner.TP]int64 {
+	s.log.Warn("partitions kept across a rejoin under a new member id; they were lost in between and are assigned anew",
+		"partitions", tpStrings(tps), "member", member)
+	s.onLost(context.Background(), s.cl, mapOf(tps))
+	starts := map[runner.TP]int64{}
+	_, runCtx := s.sinkOf()
+	if runCtx == nil {
+		runCtx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(runCtx, s.cfg.sessionTimeout)
+	defer cancel()
+	resp, err := kadm.NewClient(s.cl).FetchOffsets(ctx, s.group)
+	set := map[string]map[int32]kgo.EpochOffset{}
+	for _, tp := range tps {
+		if err != nil {
+			break
+		}
+		o, ok := resp.Lookup(tp.Topic, tp.Partition)
+		if !ok || o.Err != nil || o.At < 0 {
+			continue
+		}
+		if set[tp.Topic] == nil {
+			set[tp.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		set[tp.Topic][tp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: o.At}
+		starts[tp] = o.At
+	}
+	if err != nil {
+		s.log.Warn("could not read the committed offsets of rejoined partitions; fetching goes on from the client's position",
+			"partitions", tpStrings(tps), "err", err)
+	}
+	if len(set) > 0 {
+		// Safe here: franz-go runs this callback while no poll holds
+		// records (BlockRebalanceOnPoll) and no revoke can run.
+		s.cl.SetOffsets(set)
+	}
+	s.ownMu.Lock()
+	for _, tp := range tps {
+		s.owned[tp] = member
+	}
+	s.ownMu.Unlock()
+	return starts
 }
 
 // onRevoked hands revoked partitions to the runner, which drains them and
