@@ -55,6 +55,7 @@ import (
 // The consumers a child can be.
 const (
 	franzLoop    = "franz-loop"     // plain franz-go poll loop that does nothing
+	franzPool    = "franz-pool"     // franz-go poll loop feeding a goroutine pool over channels
 	readerLoop   = "kafkago-reader" // plain kafka-go consumer-group Reader loop
 	sequentialC  = "sequential"     // franz-go, one record at a time in the poll loop
 	tidemarkC    = "tidemark"       // the runner over Adapter
@@ -230,6 +231,8 @@ func childMain(arg string) int {
 	switch spec.Consumer {
 	case franzLoop:
 		err = runFranzLoop(ctx, spec, m)
+	case franzPool:
+		err = runFranzPool(ctx, spec, m)
 	case readerLoop:
 		err = runReaderLoop(ctx, spec, m)
 	case sequentialC:
@@ -458,6 +461,83 @@ func runFranzLoop(ctx context.Context, spec childSpec, m *meter) error {
 				m.add(1)
 			}
 		})
+	}
+	return nil
+}
+
+// runFranzPool is the least a parallel consumer does: a franz-go poll loop
+// sends each record over a channel to Concurrency goroutines, which run the
+// handler body and send the record back over a second channel to one
+// goroutine that takes the completions, as anything tracking what it may
+// commit must. No ordering, no offset tracking, no commits, no flow
+// control: it is the floor under tidemark's dispatch, not a usable
+// consumer. It counts records in the handler goroutines as tidemark's
+// handler does.
+func runFranzPool(ctx context.Context, spec childSpec, m *meter) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(spec.Brokers...), kgo.ConsumerGroup(spec.Group),
+		kgo.ConsumeTopics(spec.Topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	conc := max(spec.Concurrency, 1)
+	recs, done := make(chan *kgo.Record, conc), make(chan *kgo.Record, conc)
+	body := work(spec)
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range recs {
+				counts := m.begin(r.Partition, r.Value)
+				if body != nil {
+					body(ctx)
+				}
+				if counts {
+					m.add(1)
+				}
+				done <- r
+			}
+		}()
+	}
+	completed := make(chan struct{})
+	go func() {
+		defer close(completed)
+		for range done {
+		}
+	}()
+	defer func() {
+		close(recs)
+		wg.Wait()
+		close(done)
+		<-completed
+	}()
+	// The last record is counted by a pool goroutine while the loop may be
+	// waiting for more: end the poll then.
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-m.done:
+			cancel()
+		case <-pctx.Done():
+		}
+	}()
+	for !m.stopped() {
+		fs := cl.PollFetches(pctx)
+		if m.stopped() {
+			return nil
+		}
+		if err := fs.Err0(); err != nil {
+			return err
+		}
+		for it := fs.RecordIter(); !it.Done(); {
+			select {
+			case recs <- it.Next():
+			case <-m.done:
+				return nil
+			}
+		}
 	}
 	return nil
 }

@@ -156,6 +156,8 @@ func (b *bench) label(s childSpec) string {
 	switch s.Consumer {
 	case franzLoop:
 		return "plain franz-go poll loop"
+	case franzPool:
+		return fmt.Sprintf("franz-go loop + goroutine pool (C=%d)", s.Concurrency)
 	case readerLoop:
 		return "plain kafka-go Reader loop"
 	case sequentialC:
@@ -340,13 +342,23 @@ func (b *bench) noop(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	defer b.drop(topic)
+	// Each adapter's baseline, then tidemark over it; over franz also the
+	// goroutine-pool floor, compared with the same baseline.
 	var specs []childSpec
+	var base, tm []int // per row: the index of its baseline (-1: none); tidemark rows
 	for _, a := range b.c.adapters {
-		base := franzLoop
+		bc := franzLoop
 		if a == "kafkago" {
-			base = readerLoop
+			bc = readerLoop
 		}
-		specs = append(specs, b.spec(base, "", topic, "noop", 0), b.spec(tidemarkC, a, topic, "noop", b.c.noopConc))
+		bi := len(specs)
+		specs = append(specs, b.spec(bc, "", topic, "noop", 0), b.spec(tidemarkC, a, topic, "noop", b.c.noopConc))
+		base = append(base, -1, bi)
+		tm = append(tm, bi+1)
+		if a == "franz" {
+			specs = append(specs, b.spec(franzPool, "", topic, "noop", b.c.noopConc))
+			base = append(base, bi)
+		}
 	}
 	for i := range specs {
 		specs[i].Records = b.c.records
@@ -358,8 +370,12 @@ func (b *bench) noop(ctx context.Context) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i := 1; i < len(rows); i += 2 {
-		rows[i].against(rows[i-1])
+	for i, bi := range base {
+		if bi >= 0 {
+			rows[i].against(rows[bi])
+		}
+	}
+	for _, i := range tm {
 		b.ceiling[specs[i].Adapter] = rows[i].PerSecond
 	}
 	return rows, nil
