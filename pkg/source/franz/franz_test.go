@@ -580,6 +580,113 @@ func TestPause(t *testing.T) {
 	}
 }
 
+// pauseSink hands out a small budget and pauses one partition when the
+// first of its records arrives, as a runner does when a partition reaches
+// its high water mark while the source still holds more of its records.
+type pauseSink struct {
+	chanSink
+	src    *franz.Source
+	tp     runner.TP
+	paused bool
+}
+
+func (s *pauseSink) Fetched(_ context.Context, bs []runner.Batch) (int, error) {
+	for _, b := range bs {
+		b.Records = slices.Clone(b.Records)
+		s.batches <- b
+		if b.TP == s.tp && !s.paused {
+			s.paused = true
+			s.src.Pause([]runner.TP{s.tp})
+		}
+	}
+	return 5, nil
+}
+
+// TestPauseWhileHeld: records the source took from the client for a
+// partition that is paused afterwards are not handed over until it is
+// resumed — the source keeps them across its next polls, and the client
+// does not fetch that partition meanwhile — and then they come in offset
+// order, none lost or repeated, with the position after the last.
+func TestPauseWhileHeld(t *testing.T) {
+	c := newCluster(t)
+	c.topic(t, "t", 2)
+	c.produce(t, "t", 2, 200, 10) // before the start: the first poll takes them all
+	src, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p0, p1 := runner.TP{Topic: "t", Partition: 0}, runner.TP{Topic: "t", Partition: 1}
+	sink := &pauseSink{chanSink: chanSink{assigned: make(chan []runner.Assignment, 10), batches: make(chan runner.Batch, 10000)},
+		src: src, tp: p0}
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- src.Run(ctx, sink) }()
+	defer func() {
+		src.Close()
+		cancel()
+		if err := <-runDone; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	got := map[runner.TP][]int64{}
+	last := map[runner.TP]int64{}
+	take := func(d time.Duration, until func() bool) {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		for !until() {
+			select {
+			case b := <-sink.batches:
+				for _, r := range b.Records {
+					got[b.TP] = append(got[b.TP], r.Offset)
+				}
+				switch {
+				case b.Position == -1 && len(b.Records) == 0:
+					t.Errorf("%s: an empty batch without a position", b.TP)
+				case b.Position != -1 && len(b.Records) > 0 && b.Position != b.Records[len(b.Records)-1].Offset+1:
+					t.Errorf("%s: position %d after offset %d", b.TP, b.Position, b.Records[len(b.Records)-1].Offset)
+				case b.Position != -1:
+					last[b.TP] = b.Position
+				}
+			case <-timer.C:
+				return
+			}
+		}
+	}
+	take(15*time.Second, func() bool { return len(got[p1]) == 200 })
+	if len(got[p1]) != 200 {
+		t.Fatalf("unpaused partition got %d records, want 200", len(got[p1]))
+	}
+	held := len(got[p0])
+	if held == 0 || held > 5 {
+		t.Fatalf("partition 0 got %d records before its pause, want 1 to 5 (one hand-over)", held)
+	}
+	// More records while partition 0 is paused: partition 1 gets them,
+	// partition 0 nothing, over several polls (parkWait is 10ms,
+	// FetchMaxWait 500ms).
+	c.produce(t, "t", 2, 50, 10)
+	take(10*time.Second, func() bool { return len(got[p1]) == 250 })
+	take(1500*time.Millisecond, func() bool { return false })
+	if len(got[p1]) != 250 || len(got[p0]) != held {
+		t.Fatalf("while paused: partition 1 got %d records (want 250), partition 0 %d (want %d)", len(got[p1]), len(got[p0]), held)
+	}
+	src.Resume([]runner.TP{p0})
+	take(10*time.Second, func() bool { return len(got[p0]) >= 250 })
+	take(500*time.Millisecond, func() bool { return false })
+	for _, tp := range []runner.TP{p0, p1} {
+		if len(got[tp]) != 250 {
+			t.Errorf("%s got %d records, want 250", tp, len(got[tp]))
+		}
+		for i, o := range got[tp] {
+			if o != int64(i) {
+				t.Fatalf("%s: record %d has offset %d: lost, repeated or out of order (%v)", tp, i, o, got[tp])
+			}
+		}
+		if last[tp] != 250 {
+			t.Errorf("%s: last position %d, want 250", tp, last[tp])
+		}
+	}
+}
+
 // TestTransactions: records of aborted transactions are never handled,
 // committed ones exactly once, and the committed offset reaches the end of
 // the partition past the last transaction marker (lag 0).

@@ -131,8 +131,12 @@ func ClientOptions(opts ...kgo.Opt) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }
 
-// MaxPollRecords caps the records one poll hands to the runner; the runner's
-// budget (room below the high water marks) can lower it further. Default 500.
+// MaxPollRecords caps the records one hand-over gives the runner; the
+// runner's budget (room below the high water marks) can lower it further.
+// It does not cap what the adapter takes from the client at once: it takes
+// the client's whole fetch when the runner has room for it (four times the
+// budget for each unpaused partition), so the client fetches the next one
+// while the runner works, and hands it over in pieces. Default 500.
 func MaxPollRecords(n int) Option {
 	return func(c *config) { c.maxPollRecords = n }
 }

@@ -81,6 +81,43 @@ type Source struct {
 	// garbage a fast consumer made. It holds at most as many buffers as
 	// one poll had partitions.
 	recBufs [][]runner.Record
+
+	// Run takes everything the client fetched at once (see Run) and hands
+	// it to the runner within the runner's budget. heldMu guards what it
+	// took and has not handed over yet, and is held while Run hands
+	// records over: the revoke, loss and assign callbacks drop the records
+	// of their partitions under it before they tell the runner, so no
+	// record of an ended assignment reaches the runner after it heard of
+	// the end. Pause and Resume never take it (the runner calls them while
+	// Run waits for its answer, holding heldMu).
+	heldMu sync.Mutex
+	held   []runner.Batch            // this poll's records not handed over yet
+	orig   []runner.Batch            // this poll's batches, reused once all is handed over
+	parked map[runner.TP]*parkedPart // records of paused partitions from earlier polls
+	out    []runner.Batch            // reused for each hand-over
+	// refetch: partitions whose parked records were all handed over, to
+	// fetch again (a partition with parked records is not fetched).
+	refetch []runner.TP
+
+	// flowMu guards paused (what the runner paused), parkedTPs (the keys of
+	// parked, readable without heldMu) and the wake-up of a poll: Resume
+	// of a partition with parked records ends the poll Run waits in, so
+	// that they go to the runner at once.
+	flowMu     sync.Mutex
+	paused     map[runner.TP]bool
+	parkedTPs  map[runner.TP]bool
+	pollCancel context.CancelFunc
+	wake       bool
+	resumed    chan struct{} // capacity 1: a Resume happened
+}
+
+// parkedPart is a paused partition's records that Run took from the client
+// and could not hand over before its next poll, copied out of the poll's
+// buffers, with the position after them and the high watermark.
+type parkedPart struct {
+	recs []runner.Record
+	pos  int64
+	hwm  int64
 }
 
 // ErrClosed is returned by Run after Close.
@@ -128,6 +165,11 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		log:    cfg.logger.With("component", "tidemark.franz", "group", group),
 		closed: make(chan struct{}),
 		owned:  map[runner.TP]string{},
+		parked: map[runner.TP]*parkedPart{},
+		paused: map[runner.TP]bool{},
+
+		parkedTPs: map[runner.TP]bool{},
+		resumed:   make(chan struct{}, 1),
 	}
 
 	// Overridable defaults first, then the caller's client options, then
@@ -236,46 +278,257 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 		return fmt.Errorf("franz: asking the runner for a budget: %w", err)
 	}
 	budget := min(max(n, 1), s.cfg.maxPollRecords)
+	room := max(n, 1)
 	for {
-		fetches := s.cl.PollRecords(ctx, budget)
-		batches, stop, err := s.batches(ctx, fetches)
-		if len(batches) == 0 || stop || err != nil {
-			// Nothing to hand over (or we are leaving): let a blocked
-			// rebalance go on. AllowRebalance without a poll that
-			// returned records is harmless.
-			s.cl.AllowRebalance()
-			switch {
-			case err != nil:
-				return err
-			case stop || ctx.Err() != nil:
-				return nil
+		// Hand over what is held for unpaused partitions, as far as the
+		// runner's budget goes, while the client fetches the next batch.
+		if out := s.take(budget); out != nil {
+			n, err := sink.Fetched(ctx, out)
+			s.heldMu.Unlock()
+			if err != nil {
+				return s.fetchedErr(ctx, err)
 			}
+			budget = min(max(n, 1), s.cfg.maxPollRecords)
+			room = max(n, 1)
 			continue
 		}
-		n, err := sink.Fetched(ctx, batches)
-		s.reuse(batches)
-		// Only now, with every record above recorded by the runner, may a
-		// revoke or loss callback run.
-		s.cl.AllowRebalance()
-		if err != nil {
-			if errors.Is(err, runner.ErrStopped) {
-				// The runner is stopping: its Sink calls answer
-				// ErrStopped at once, so the callbacks franz-go runs
-				// while we wait (and during Close) do not block.
-				s.log.Debug("runner stopped; no more fetching")
-				select {
-				case <-ctx.Done():
-				case <-s.closed:
-				}
-				return nil
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("franz: handing records to the runner: %w", err)
+		// Nothing to hand over. If what is held belongs to partitions
+		// the runner paused, give it a moment to resume them before
+		// polling: a poll now would make the client drop the fetched
+		// data of every paused partition (it refetches it later), and
+		// with fast handlers a pause lasts well under parkWait.
+		if s.holding() && s.awaitResume(ctx) {
+			continue
 		}
-		budget = min(max(n, 1), s.cfg.maxPollRecords)
+		// Take the next fetch from the client, all of it if the runner
+		// has room (holdCap). Taking everything it buffered lets it send
+		// the next fetch request at once, so fetching and decoding
+		// overlap with the runner's work instead of waiting for it:
+		// franz-go fetches from a broker again only once its buffered
+		// fetch was taken. Records of partitions still paused are
+		// parked first, so the poll's buffers can be reused.
+		s.park()
+		fetches, woken := s.poll(ctx, s.holdCap(room))
+		batches, stop, err := s.batches(ctx, fetches)
+		s.heldMu.Lock()
+		s.held, s.orig = append(s.held[:0], batches...), batches
+		s.heldMu.Unlock()
+		// Only now, with every record of the poll held (and dropped
+		// there by a revoke or loss before the runner hears of it), may a
+		// rebalance callback run. AllowRebalance without a poll that
+		// returned records is harmless.
+		s.cl.AllowRebalance()
+		switch {
+		case err != nil:
+			return err
+		case stop || (ctx.Err() != nil && !woken):
+			return nil
+		}
 	}
+}
+
+// holdCap is how many records a poll may take from the client: four times
+// the runner's room (its last budget: the least room below a high water
+// mark among its unpaused partitions) for each partition not paused, and at
+// least MaxPollRecords. With fast handlers that is the client's whole
+// buffered fetch, so the client sends its next fetch at once and fetching
+// and decoding overlap with the runner's work; with slow ones it is little,
+// so the client does not fetch and decode far ahead of a runner that cannot
+// take the records (a poll of tiny records can decode to tens of MiB).
+// Four: the no-op benchmark gained nothing more from sixteen, and
+// TestBoundedMemory's heap grew from 21 to 59 MiB with it.
+func (s *Source) holdCap(room int) int {
+	s.ownMu.Lock()
+	owned := len(s.owned)
+	s.ownMu.Unlock()
+	s.flowMu.Lock()
+	open := owned - len(s.paused)
+	s.flowMu.Unlock()
+	return max(4*room*max(open, 1), s.cfg.maxPollRecords)
+}
+
+// parkWait is how long Run waits for the runner to resume a paused
+// partition whose records it holds before it parks them and polls again.
+const parkWait = 10 * time.Millisecond
+
+// holding reports whether records of this poll are still held.
+func (s *Source) holding() bool {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	for i := range s.held {
+		if s.held[i].Position >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitResume waits up to parkWait for a Resume; false if none came (or ctx
+// ended, which the poll then reports).
+func (s *Source) awaitResume(ctx context.Context) bool {
+	t := time.NewTimer(parkWait)
+	defer t.Stop()
+	select {
+	case <-s.resumed:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	case <-s.closed:
+	}
+	return false
+}
+
+// fetchedErr turns an error from Sink.Fetched into Run's result.
+func (s *Source) fetchedErr(ctx context.Context, err error) error {
+	if errors.Is(err, runner.ErrStopped) {
+		// The runner is stopping: its Sink calls answer ErrStopped at
+		// once, so the callbacks franz-go runs while we wait (and during
+		// Close) do not block.
+		s.log.Debug("runner stopped; no more fetching")
+		select {
+		case <-ctx.Done():
+		case <-s.closed:
+		}
+		return nil
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("franz: handing records to the runner: %w", err)
+}
+
+// take returns up to budget held records of unpaused partitions, parked
+// ones first (they are older), with heldMu locked: the caller hands them to
+// the runner and unlocks it. It returns nil, with heldMu unlocked, when
+// there is nothing to hand over. A batch's position goes with its last
+// record, never before, so the runner cannot move a partition's safe
+// offset past a record it has not seen.
+func (s *Source) take(budget int) []runner.Batch {
+	s.heldMu.Lock()
+	s.flowMu.Lock()
+	out := s.out[:0]
+	left := budget
+	for tp, pp := range s.parked {
+		if s.paused[tp] || left == 0 {
+			continue
+		}
+		k := min(left, len(pp.recs))
+		b := runner.Batch{TP: tp, Records: pp.recs[:k:k], Position: -1, HighWatermark: pp.hwm}
+		pp.recs, left = pp.recs[k:], left-k
+		if len(pp.recs) == 0 {
+			b.Position = pp.pos
+			delete(s.parked, tp)
+			delete(s.parkedTPs, tp)
+			s.refetch = append(s.refetch, tp)
+		}
+		out = append(out, b)
+	}
+	for i := range s.held {
+		b := &s.held[i]
+		if b.Position < 0 || s.paused[b.TP] || s.parked[b.TP] != nil || (left == 0 && len(b.Records) > 0) {
+			continue // handed over, paused, or older records first
+		}
+		k := min(left, len(b.Records))
+		ob := runner.Batch{TP: b.TP, Records: b.Records[:k:k], Position: -1, HighWatermark: b.HighWatermark}
+		b.Records, left = b.Records[k:], left-k
+		if len(b.Records) == 0 {
+			ob.Position, b.Position = b.Position, -1
+		}
+		out = append(out, ob)
+	}
+	if len(s.refetch) > 0 {
+		// Unpaused and nothing parked any more: the client may fetch
+		// them again. Under flowMu, so that a Pause after the check
+		// above is not undone (Pause marks paused before it pauses the
+		// client).
+		s.cl.ResumeFetchPartitions(mapOf(s.refetch))
+		s.refetch = s.refetch[:0]
+	}
+	s.flowMu.Unlock()
+	s.out = out
+	if len(out) == 0 {
+		s.heldMu.Unlock()
+		return nil
+	}
+	return out
+}
+
+// park copies what is still held (records of paused partitions) out of the
+// poll's buffers into parked, and releases the buffers for the next poll.
+func (s *Source) park() {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	for i := range s.held {
+		b := &s.held[i]
+		if b.Position < 0 {
+			continue
+		}
+		pp := s.parked[b.TP]
+		if pp == nil {
+			pp = &parkedPart{pos: -1, hwm: -1}
+			s.parked[b.TP] = pp
+			s.flowMu.Lock()
+			s.parkedTPs[b.TP] = true
+			s.flowMu.Unlock()
+		}
+		pp.recs = append(pp.recs, b.Records...)
+		pp.pos, pp.hwm = max(pp.pos, b.Position), max(pp.hwm, b.HighWatermark)
+	}
+	s.reuse(s.orig)
+	clear(s.held)
+	s.held, s.orig = s.held[:0], nil
+	clear(s.out)
+}
+
+// poll waits for the client's next fetch and takes all of it. A Resume of a
+// partition with parked records ends the wait early (woken).
+func (s *Source) poll(ctx context.Context, most int) (fetches kgo.Fetches, woken bool) {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.flowMu.Lock()
+	if s.wake {
+		s.wake = false
+		s.flowMu.Unlock()
+		return nil, true
+	}
+	s.pollCancel = cancel
+	s.flowMu.Unlock()
+	fetches = s.cl.PollRecords(pctx, most)
+	s.flowMu.Lock()
+	s.pollCancel, s.wake = nil, false
+	s.flowMu.Unlock()
+	if ctx.Err() == nil && pctx.Err() != nil {
+		// Woken by Resume: drop the client's report of the cancelled
+		// poll; anything else it returned is taken as usual.
+		woken = true
+		fetches = slices.DeleteFunc(fetches, func(f kgo.Fetch) bool {
+			return len(f.Topics) == 1 && len(f.Topics[0].Partitions) == 1 && f.Topics[0].Partitions[0].Err != nil &&
+				errors.Is(f.Topics[0].Partitions[0].Err, context.Canceled) && len(f.Topics[0].Partitions[0].Records) == 0
+		})
+	}
+	return fetches, woken
+}
+
+// dropHeld forgets the records held for tps, whose assignment ended or is
+// new: they were never handed to the runner, and whoever owns the
+// partitions next fetches them again.
+func (s *Source) dropHeld(tps []runner.TP) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	for i := range s.held {
+		if b := &s.held[i]; slices.Contains(tps, b.TP) {
+			b.Records, b.Position = nil, -1
+		}
+	}
+	s.flowMu.Lock()
+	for _, tp := range tps {
+		delete(s.parked, tp)
+		delete(s.parkedTPs, tp)
+		// A new assignment starts unpaused (the runner does not resume
+		// what it revokes or loses while paused).
+		delete(s.paused, tp)
+	}
+	s.flowMu.Unlock()
 }
 
 // batches turns one poll into one Batch per partition. It reports stop when
@@ -454,7 +707,10 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 		return
 	}
 	// The runner starts a new assignment unpaused; drop a pause franz-go
-	// may still hold from an earlier assignment of the same partition.
+	// (or this source) may still hold from an earlier assignment of the
+	// same partition, and records held from it (none should be: the
+	// revoke or loss dropped them).
+	s.dropHeld(tps)
 	s.cl.ResumeFetchPartitions(mapOf(tps))
 	s.log.Info("partitions assigned", "partitions", tpStrings(tps))
 	sink, ctx := s.sinkOf()
@@ -569,6 +825,10 @@ func (s *Source) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string]
 	if len(tps) == 0 {
 		return
 	}
+	// Records held for them never reach the runner: it would drop them
+	// anyway while draining, and after the drain they would belong to an
+	// ended assignment.
+	s.dropHeld(tps)
 	s.log.Info("partitions revoked; draining", "partitions", tpStrings(tps))
 	if sink, ctx := s.sinkOf(); sink != nil {
 		// Half the rebalance timeout leaves the other half for the final
@@ -590,6 +850,7 @@ func (s *Source) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int3
 		return
 	}
 	s.disown(tps)
+	s.dropHeld(tps)
 	s.log.Warn("partitions lost; nothing more is committed for them", "partitions", tpStrings(tps))
 	if sink, ctx := s.sinkOf(); sink != nil {
 		if err := sink.Lost(ctx, tps); !benign(ctx, err) {
@@ -612,19 +873,52 @@ func (s *Source) disown(tps []runner.TP) {
 	s.ownMu.Unlock()
 }
 
-// Pause stops fetching tps until Resume; records of tps already buffered in
-// the client are kept back and fetched again later. It does not block.
+// Pause stops fetching tps until Resume, and stops handing over the records
+// Run already took for them (they are kept, not fetched again); records of
+// tps the client buffered but Run did not take yet are dropped by the
+// client and fetched again after Resume. It does not block.
 func (s *Source) Pause(tps []runner.TP) {
-	if len(tps) > 0 {
-		s.cl.PauseFetchPartitions(mapOf(tps))
+	if len(tps) == 0 {
+		return
 	}
+	s.flowMu.Lock()
+	for _, tp := range tps {
+		s.paused[tp] = true
+	}
+	s.flowMu.Unlock()
+	s.cl.PauseFetchPartitions(mapOf(tps))
 }
 
-// Resume starts fetching tps again; it takes effect with the next fetch
-// request to their broker (within FetchMaxWait). It does not block.
+// Resume starts fetching tps again, which takes effect with the next fetch
+// request to their broker (within FetchMaxWait), and hands over the records
+// Run holds for them at once (ending a poll Run waits in). It does not
+// block.
 func (s *Source) Resume(tps []runner.TP) {
-	if len(tps) > 0 {
-		s.cl.ResumeFetchPartitions(mapOf(tps))
+	if len(tps) == 0 {
+		return
+	}
+	var fetch []runner.TP
+	s.flowMu.Lock()
+	for _, tp := range tps {
+		delete(s.paused, tp)
+		if s.parkedTPs[tp] {
+			// Fetched again only once its parked records are handed
+			// over (take), so parked records never pile up.
+			s.wake = true
+		} else {
+			fetch = append(fetch, tp)
+		}
+	}
+	if s.wake && s.pollCancel != nil {
+		s.pollCancel()
+	}
+	s.flowMu.Unlock()
+	select {
+	case s.resumed <- struct{}{}:
+	default:
+	}
+	if len(fetch) > 0 {
+		s.cl.ResumeFetchPartitions(mapOf(fetch))
 	}
 }
 
