@@ -294,9 +294,10 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 		}
 		// Nothing to hand over. If what is held belongs to partitions
 		// the runner paused, give it a moment to resume them before
-		// polling: a poll now would make the client drop the fetched
-		// data of every paused partition (it refetches it later), and
-		// with fast handlers a pause lasts well under parkWait.
+		// polling: polling now costs a copy of those records (park), and
+		// the client drops what it fetched for paused partitions, to
+		// fetch it again later; with fast handlers a pause lasts well
+		// under parkWait.
 		if s.holding() && s.awaitResume(ctx) {
 			continue
 		}
