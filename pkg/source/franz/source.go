@@ -311,6 +311,9 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 		s.park()
 		fetches, woken := s.poll(ctx, s.holdCap(room))
 		batches, stop, err := s.batches(ctx, fetches)
+		if len(batches) == 0 {
+			s.forget()
+		}
 		s.heldMu.Lock()
 		s.held, s.orig = append(s.held[:0], batches...), batches
 		s.heldMu.Unlock()
@@ -576,6 +579,7 @@ func (s *Source) batches(ctx context.Context, fetches kgo.Fetches) (out []runner
 		return nil, stop, err
 	}
 	var idx map[runner.TP]int
+	var stale []int // per batch: the length its reused buffer had
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) == 0 {
 			return
@@ -588,7 +592,9 @@ func (s *Source) batches(ctx context.Context, fetches kgo.Fetches) (out []runner
 			}
 			i = len(out)
 			idx[tp] = i
-			out = append(out, runner.Batch{TP: tp, Position: -1, HighWatermark: -1, Records: s.recordBuf()})
+			buf := s.recordBuf()
+			stale = append(stale, len(buf))
+			out = append(out, runner.Batch{TP: tp, Position: -1, HighWatermark: -1, Records: buf[:0]})
 		}
 		b := &out[i]
 		b.HighWatermark = max(b.HighWatermark, p.HighWatermark)
@@ -602,10 +608,18 @@ func (s *Source) batches(ctx context.Context, fetches kgo.Fetches) (out []runner
 			b.Records = append(b.Records, record(r))
 		}
 	})
+	for i := range out {
+		// What a reused buffer held beyond this poll's records would
+		// keep that earlier fetch's data alive.
+		if r := out[i].Records; stale[i] > len(r) && stale[i] <= cap(r) {
+			clear(r[len(r):stale[i]])
+		}
+	}
 	return out, false, nil
 }
 
-// recordBuf returns an empty record buffer, reused when one is free.
+// recordBuf returns a record buffer to reuse, with the records it held last
+// (the caller overwrites them and clears what it does not), or nil.
 func (s *Source) recordBuf() []runner.Record {
 	if n := len(s.recBufs); n > 0 {
 		b := s.recBufs[n-1]
@@ -616,14 +630,23 @@ func (s *Source) recordBuf() []runner.Record {
 }
 
 // reuse keeps the batches' record buffers for the next poll once the runner
-// has copied their records, cleared so that they do not keep the fetched
-// data alive.
+// has copied their records. They are not cleared here: the next poll
+// overwrites them and clears only what it leaves over (batches), which
+// saves clearing every record twice; an empty poll clears them all
+// (forget), so an idle consumer does not keep fetched data alive.
 func (s *Source) reuse(batches []runner.Batch) {
 	for _, b := range batches {
 		if cap(b.Records) > 0 {
-			clear(b.Records)
-			s.recBufs = append(s.recBufs, b.Records[:0])
+			s.recBufs = append(s.recBufs, b.Records)
 		}
+	}
+}
+
+// forget clears the reusable record buffers.
+func (s *Source) forget() {
+	for i, b := range s.recBufs {
+		clear(b)
+		s.recBufs[i] = b[:0]
 	}
 }
 
