@@ -506,6 +506,22 @@ func (s *chanSink) Fetched(_ context.Context, bs []runner.Batch) (int, error) {
 	return 100, nil
 }
 
+// runSource runs src with sink until the test ends, then closes it and
+// checks what Run returned.
+func runSource(t *testing.T, src *franz.Source, sink runner.Sink) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- src.Run(ctx, sink) }()
+	t.Cleanup(func() {
+		src.Close()
+		cancel()
+		if err := <-runDone; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
 // TestPause: a paused partition gets no records until it is resumed, while
 // the others keep flowing; batches carry the position and high watermark.
 func TestPause(t *testing.T) {
@@ -516,16 +532,7 @@ func TestPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink := &chanSink{assigned: make(chan []runner.Assignment, 10), batches: make(chan runner.Batch, 1000)}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- src.Run(ctx, sink) }()
-	defer func() {
-		src.Close()
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runSource(t, src, sink)
 
 	select {
 	case as := <-sink.assigned:
@@ -618,16 +625,7 @@ func TestPauseWhileHeld(t *testing.T) {
 	p0, p1 := runner.TP{Topic: "t", Partition: 0}, runner.TP{Topic: "t", Partition: 1}
 	sink := &pauseSink{chanSink: chanSink{assigned: make(chan []runner.Assignment, 10), batches: make(chan runner.Batch, 10000)},
 		src: src, tp: p0}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- src.Run(ctx, sink) }()
-	defer func() {
-		src.Close()
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runSource(t, src, sink)
 	got := map[runner.TP][]int64{}
 	last := map[runner.TP]int64{}
 	take := func(d time.Duration, until func() bool) {
@@ -896,16 +894,7 @@ func TestNoCommitAfterLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink := &recSink{}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- src.Run(ctx, sink) }()
-	defer func() {
-		src.Close()
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runSource(t, src, sink)
 	tp := runner.TP{Topic: "t", Partition: 0}
 	waitFor(t, 15*time.Second, "the assignment", func() bool { a, _ := sink.counts(); return a == 1 })
 	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
