@@ -522,6 +522,24 @@ func runSource(t *testing.T, src *franz.Source, sink runner.Sink) {
 	})
 }
 
+// takeBatches receives batches, adding their offsets to got and passing
+// each to check, until until holds or d has passed.
+func takeBatches(batches <-chan runner.Batch, got map[runner.TP][]int64, d time.Duration, until func() bool, check func(runner.Batch)) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for !until() {
+		select {
+		case b := <-batches:
+			for _, r := range b.Records {
+				got[b.TP] = append(got[b.TP], r.Offset)
+			}
+			check(b)
+		case <-timer.C:
+			return
+		}
+	}
+}
+
 // TestPause: a paused partition gets no records until it is resumed, while
 // the others keep flowing; batches carry the position and high watermark.
 func TestPause(t *testing.T) {
@@ -553,24 +571,14 @@ func TestPause(t *testing.T) {
 
 	got := map[runner.TP][]int64{}
 	take := func(d time.Duration, until func() bool) {
-		timer := time.NewTimer(d)
-		defer timer.Stop()
-		for !until() {
-			select {
-			case b := <-sink.batches:
-				for _, r := range b.Records {
-					got[b.TP] = append(got[b.TP], r.Offset)
-				}
-				if last := b.Records[len(b.Records)-1].Offset; b.Position != last+1 {
-					t.Errorf("%s batch position %d, want %d", b.TP, b.Position, last+1)
-				}
-				if b.HighWatermark != 10 {
-					t.Errorf("%s high watermark %d, want 10", b.TP, b.HighWatermark)
-				}
-			case <-timer.C:
-				return
+		takeBatches(sink.batches, got, d, until, func(b runner.Batch) {
+			if last := b.Records[len(b.Records)-1].Offset; b.Position != last+1 {
+				t.Errorf("%s batch position %d, want %d", b.TP, b.Position, last+1)
 			}
-		}
+			if b.HighWatermark != 10 {
+				t.Errorf("%s high watermark %d, want 10", b.TP, b.HighWatermark)
+			}
+		})
 	}
 	take(10*time.Second, func() bool { return len(got[p1]) == 10 })
 	if len(got[p1]) != 10 {
@@ -629,26 +637,16 @@ func TestPauseWhileHeld(t *testing.T) {
 	got := map[runner.TP][]int64{}
 	last := map[runner.TP]int64{}
 	take := func(d time.Duration, until func() bool) {
-		timer := time.NewTimer(d)
-		defer timer.Stop()
-		for !until() {
-			select {
-			case b := <-sink.batches:
-				for _, r := range b.Records {
-					got[b.TP] = append(got[b.TP], r.Offset)
-				}
-				switch {
-				case b.Position == -1 && len(b.Records) == 0:
-					t.Errorf("%s: an empty batch without a position", b.TP)
-				case b.Position != -1 && len(b.Records) > 0 && b.Position != b.Records[len(b.Records)-1].Offset+1:
-					t.Errorf("%s: position %d after offset %d", b.TP, b.Position, b.Records[len(b.Records)-1].Offset)
-				case b.Position != -1:
-					last[b.TP] = b.Position
-				}
-			case <-timer.C:
-				return
+		takeBatches(sink.batches, got, d, until, func(b runner.Batch) {
+			switch {
+			case b.Position == -1 && len(b.Records) == 0:
+				t.Errorf("%s: an empty batch without a position", b.TP)
+			case b.Position != -1 && len(b.Records) > 0 && b.Position != b.Records[len(b.Records)-1].Offset+1:
+				t.Errorf("%s: position %d after offset %d", b.TP, b.Position, b.Records[len(b.Records)-1].Offset)
+			case b.Position != -1:
+				last[b.TP] = b.Position
 			}
-		}
+		})
 	}
 	take(15*time.Second, func() bool { return len(got[p1]) == 200 })
 	if len(got[p1]) != 200 {
