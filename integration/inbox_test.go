@@ -85,11 +85,11 @@ func inboxEffect(owner string) inbox.Effect {
 // filter.
 func inboxTake(t testing.TB, s *inbox.Store, tp runner.TP, start int64) runner.Applied {
 	t.Helper()
-	f, err := s.AssignHook()(context.Background(), runner.Assignment{TP: tp, Start: start})
+	fs, err := s.AssignHook()(context.Background(), []runner.Assignment{{TP: tp, Start: start}})
 	if err != nil {
 		t.Fatalf("assign hook for %s: %v", tp, err)
 	}
-	return f
+	return fs[0]
 }
 
 func inboxRec(topic string, partition int32, offset int64) runner.Record {
@@ -194,7 +194,7 @@ func TestInboxStartErrors(t *testing.T) {
 	if !errors.Is(err, inbox.ErrNotMigrated) || !strings.Contains(err.Error(), "tidemark inbox migrate") {
 		t.Fatalf("Check on an empty schema: %v, want ErrNotMigrated naming the command", err)
 	}
-	_, err = s.AssignHook()(ctx, runner.Assignment{TP: runner.TP{Topic: "t", Partition: 0}, Start: -1})
+	_, err = s.AssignHook()(ctx, []runner.Assignment{{TP: runner.TP{Topic: "t", Partition: 0}, Start: -1}})
 	if !errors.Is(err, inbox.ErrNotMigrated) {
 		t.Fatalf("assign hook on an empty schema: %v, want ErrNotMigrated", err)
 	}
@@ -395,7 +395,7 @@ func TestInboxFencing(t *testing.T) {
 	}
 	bumped := make(chan error, 1)
 	go func() {
-		_, err := b.AssignHook()(ctx, runner.Assignment{TP: tp, Start: -1})
+		_, err := b.AssignHook()(ctx, []runner.Assignment{{TP: tp, Start: -1}})
 		bumped <- err
 	}()
 	select {
@@ -1081,9 +1081,9 @@ func TestInboxReplay(t *testing.T) {
 		m := startMember(t, name, group, topic, s.Handler(func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
 			calls.Add(1)
 			return inboxEffect(name)(ctx, tx, rec)
-		}), runner.Concurrency(64), runner.OnAssign(func(ctx context.Context, a runner.Assignment) (runner.Applied, error) {
+		}), runner.Concurrency(64), runner.OnAssign(func(ctx context.Context, as []runner.Assignment) ([]runner.Applied, error) {
 			first.CompareAndSwap(0, time.Now().UnixNano())
-			return hook(ctx, a)
+			return hook(ctx, as)
 		}))
 		waitCommitted(t, group, topic, bed.EndOffsets(t, topic), 3*time.Minute)
 		took := time.Since(time.Unix(0, first.Load()))
@@ -1610,9 +1610,9 @@ func BenchmarkInboxKafka(b *testing.B) {
 					b.Fatal(err)
 				}
 				r, err := runner.New(src, runner.Handle(topic, s.Handler(inboxEffect("bench"))), runner.Concurrency(256),
-					runner.Logger(quietLogger()), runner.OnAssign(func(ctx context.Context, a runner.Assignment) (runner.Applied, error) {
+					runner.Logger(quietLogger()), runner.OnAssign(func(ctx context.Context, as []runner.Assignment) ([]runner.Applied, error) {
 						first.CompareAndSwap(0, time.Now().UnixNano())
-						return hook(ctx, a)
+						return hook(ctx, as)
 					}))
 				if err != nil {
 					b.Fatal(err)

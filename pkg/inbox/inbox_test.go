@@ -143,7 +143,7 @@ func TestUnreachable(t *testing.T) {
 		"Check":   func() error { return s.Check(ctx) },
 		"Migrate": func() error { return s.Migrate(ctx) },
 		"hook": func() error {
-			_, err := s.AssignHook()(ctx, runner.Assignment{TP: runner.TP{Topic: "t"}, Start: -1})
+			_, err := s.AssignHook()(ctx, []runner.Assignment{{TP: runner.TP{Topic: "t"}, Start: -1}})
 			return err
 		},
 		"Prune": func() error { _, err := s.Prune(ctx, runner.TP{Topic: "t"}, 5000); return err },

@@ -30,26 +30,39 @@ import (
 // on revoke: the next owner's bump fences this member, and a Store that
 // gets the partition back bumps again.
 func (s *Store) AssignHook() runner.AssignHook {
-	return func(ctx context.Context, a runner.Assignment) (runner.Applied, error) {
-		start := time.Now()
-		var epoch int64
-		err := s.pool.QueryRow(ctx, s.sql.bump, s.group, a.TP.Topic, a.TP.Partition, s.cfg.owner).Scan(&epoch)
-		if err != nil {
-			return nil, s.hookError(ctx, a.TP, "taking the lease", err)
+	return func(ctx context.Context, as []runner.Assignment) ([]runner.Applied, error) {
+		out := make([]runner.Applied, len(as))
+		for i, a := range as {
+			f, err := s.take(ctx, a)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = f
 		}
-		s.setEpoch(a.TP, epoch)
-		set, loaded, err := s.loadApplied(ctx, a)
-		if err != nil {
-			return nil, s.hookError(ctx, a.TP, "loading applied offsets", err)
-		}
-		s.countLease(ctx, loaded)
-		s.log.Info("partition lease taken", "partition", a.TP.String(), "epoch", epoch, "start", a.Start,
-			"applied_loaded", loaded, "applied_runs", set.runs(), "took", time.Since(start))
-		if loaded == 0 {
-			return nil, nil
-		}
-		return set.contains, nil
+		return out, nil
 	}
+}
+
+// take takes one partition's lease and loads its applied offsets.
+func (s *Store) take(ctx context.Context, a runner.Assignment) (runner.Applied, error) {
+	start := time.Now()
+	var epoch int64
+	err := s.pool.QueryRow(ctx, s.sql.bump, s.group, a.TP.Topic, a.TP.Partition, s.cfg.owner).Scan(&epoch)
+	if err != nil {
+		return nil, s.hookError(ctx, a.TP, "taking the lease", err)
+	}
+	s.setEpoch(a.TP, epoch)
+	set, loaded, err := s.loadApplied(ctx, a)
+	if err != nil {
+		return nil, s.hookError(ctx, a.TP, "loading applied offsets", err)
+	}
+	s.countLease(ctx, loaded)
+	s.log.Info("partition lease taken", "partition", a.TP.String(), "epoch", epoch, "start", a.Start,
+		"applied_loaded", loaded, "applied_runs", set.runs(), "took", time.Since(start))
+	if loaded == 0 {
+		return nil, nil
+	}
+	return set.contains, nil
 }
 
 func (s *Store) hookError(ctx context.Context, tp runner.TP, what string, err error) error {

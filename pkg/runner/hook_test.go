@@ -29,12 +29,12 @@ func TestAssignHookSkipsApplied(t *testing.T) {
 			mu.Unlock()
 			return nil
 		}),
-		runner.OnAssign(func(ctx context.Context, a runner.Assignment) (runner.Applied, error) {
+		runner.OnAssign(runner.PerPartition(func(ctx context.Context, a runner.Assignment) (runner.Applied, error) {
 			if hookCalls.Add(1) < 3 {
 				return nil, errors.New("database unavailable")
 			}
 			return func(off int64) bool { return off < 4 }, nil
-		}),
+		})),
 		runner.Backoff(time.Millisecond, time.Millisecond), runner.CommitInterval(2*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -92,10 +92,10 @@ func TestAssignHookSeesGeneration(t *testing.T) {
 	src.Member = "m-1"
 	got := make(chan runner.Assignment, 8)
 	r := newRunner(t, src, runner.Handle(topic, func(context.Context, runner.Record) error { return nil }),
-		runner.OnAssign(func(ctx context.Context, a runner.Assignment) (runner.Applied, error) {
+		runner.OnAssign(runner.PerPartition(func(ctx context.Context, a runner.Assignment) (runner.Applied, error) {
 			got <- a
 			return nil, nil
-		}))
+		})))
 	started(t, r)
 	ctx := context.Background()
 	step := func(name string, do func() error, want runner.Assignment) {

@@ -185,8 +185,8 @@ func MeterProvider(p metric.MeterProvider) Option { return func(c *config) { c.m
 // one as it is when New is called (install your SDK before New).
 func TracerProvider(p trace.TracerProvider) Option { return func(c *config) { c.tracerProvider = p } }
 
-// OnAssign sets a hook run for each assigned partition before its records
-// run (see AssignHook). pkg/inbox uses it to bump the partition's lease and to
+// OnAssign sets a hook run for each assignment report, with all of its
+// partitions, before their records run (see AssignHook). pkg/inbox uses it to bump the partition's lease and to
 // skip records already applied. Default none.
 func OnAssign(h AssignHook) Option { return func(c *config) { c.assignHook = h } }
 
@@ -258,3 +258,4 @@ func (c *config) validate() error {
 	}
 	return nil
 }
+

@@ -1062,30 +1062,29 @@ func (s sinkOf) call(ctx context.Context, req *sinkReq) (sinkReply, error) {
 
 func (s sinkOf) Assigned(ctx context.Context, parts []Assignment) error {
 	var applied []Applied
-	if h := s.r.cfg.assignHook; h != nil {
-		applied = make([]Applied, len(parts))
-		for i, a := range parts {
-			f, err := s.r.runHook(ctx, h, a)
-			if err != nil {
-				return err
-			}
-			applied[i] = f
+	if h := s.r.cfg.assignHook; h != nil && len(parts) > 0 {
+		var err error
+		if applied, err = s.r.runHook(ctx, h, parts); err != nil {
+			return err
 		}
 	}
 	_, err := s.call(ctx, &sinkReq{kind: sinkAssigned, assigns: parts, applied: applied})
 	return err
 }
 
-// runHook calls the assign hook until it succeeds, retrying with backoff;
-// it gives up only when ctx is done or the runner stopped.
-func (r *Runner) runHook(ctx context.Context, h AssignHook, a Assignment) (Applied, error) {
+// runHook calls the assign hook for one report until it succeeds, retrying
+// with backoff; it gives up only when ctx is done or the runner stopped.
+func (r *Runner) runHook(ctx context.Context, h AssignHook, as []Assignment) ([]Applied, error) {
 	for attempt := 1; ; attempt++ {
-		f, err := h(ctx, a)
+		f, err := h(ctx, as)
+		if err == nil && f != nil && len(f) != len(as) {
+			err = fmt.Errorf("runner: the assign hook returned %d filters for %d assignments", len(f), len(as))
+		}
 		if err == nil {
 			return f, nil
 		}
-		r.log.Error("assign hook failed; retrying, the partition's records wait", "partition", a.TP.String(),
-			"generation", a.Generation, "member", a.Member, "attempt", attempt, "err", err)
+		r.log.Error("assign hook failed; retrying, the partitions' records wait", "partitions", len(as),
+			"first", as[0].TP.String(), "generation", as[0].Generation, "member", as[0].Member, "attempt", attempt, "err", err)
 		tm := time.NewTimer(backoff(r.cfg.backoffInitial, r.cfg.backoffMax, attempt))
 		select {
 		case <-tm.C:

@@ -136,21 +136,45 @@ type DeadLetterWriter interface {
 // tidemark.records.fenced.
 var ErrFenced = errors.New("runner: fenced by a newer owner")
 
-// AssignHook runs when partitions are assigned, before any of their records
-// run, on the source's goroutine (so a revoke or fetch waits for it). It can
-// take a lease on the partition and return an Applied filter. An error is
-// retried with the runner's backoff until it succeeds, the runner stops, or
-// ctx ends: records of a partition whose hook failed are never handled. ctx
-// is the one the source passed to Sink.Assigned: the kafkago adapter's ends
-// with the assignment's generation; franz-go's is Run's (franz-go cannot
-// end the assignment while its callback runs). Because a hook can still be
-// retrying after the assignment ended — and after the partition went to
-// another member — a hook that takes a lease can take it from the newer
-// owner; Assignment.Generation lets it tell the two apart.
-type AssignHook func(ctx context.Context, a Assignment) (Applied, error)
+// AssignHook runs once for each assignment report (Sink.Assigned), with
+// all of its partitions, before any of their records run, on the source's
+// goroutine (so a revoke or fetch waits for it). It can take leases on the
+// partitions — all of them in one round trip — and return one Applied
+// filter per assignment, in the order of as; a nil slice, or a nil entry,
+// applies to nothing, and a slice of any other length is an error. An error
+// is retried for the whole report with the runner's backoff until the hook
+// succeeds, the runner stops, or ctx ends: records of partitions whose hook
+// failed are never handled. ctx is the one the source passed to
+// Sink.Assigned: the kafkago adapter's ends with the assignment's
+// generation; franz-go's is Run's (franz-go cannot end the assignment while
+// its callback runs). Because a hook can still be retrying after the
+// assignment ended — and after the partitions went to another member — a
+// hook that takes a lease can take it from the newer owner;
+// Assignment.Generation lets it tell the two apart.
+type AssignHook func(ctx context.Context, as []Assignment) ([]Applied, error)
 
 // Applied reports whether the record at offset already had its effect
 // applied (for example, it has an inbox row); the runner then completes it
 // without calling the handler. It is called from worker goroutines and must
 // be safe for concurrent use. A nil Applied applies to nothing.
 type Applied func(offset int64) bool
+
+// PerPartition adapts a hook written for one partition at a time to an
+// AssignHook: it calls f for each assignment of a report, in order, and
+// stops at the first error (the whole report is then retried). A hook that
+// does I/O per partition costs a round trip each; write an AssignHook
+// directly to batch them.
+func PerPartition(f func(ctx context.Context, a Assignment) (Applied, error)) AssignHook {
+	return func(ctx context.Context, as []Assignment) ([]Applied, error) {
+		out := make([]Applied, len(as))
+		for i, a := range as {
+			applied, err := f(ctx, a)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = applied
+		}
+		return out, nil
+	}
+}
+

@@ -955,7 +955,7 @@ func TestAssignmentGeneration(t *testing.T) {
 		c := newCluster(t)
 		c.topic(t, "t", parts)
 		var l1, l2 hookLog
-		m1 := startMember(t, c, "g", []string{"t"}, func(context.Context, runner.Record) error { return nil }, nil, runner.OnAssign(l1.hook))
+		m1 := startMember(t, c, "g", []string{"t"}, func(context.Context, runner.Record) error { return nil }, nil, runner.OnAssign(runner.PerPartition(l1.hook)))
 		waitFor(t, 20*time.Second, "the first member owns every partition", func() bool { return len(l1.all()) == parts })
 		first := map[runner.TP]runner.Assignment{}
 		for _, a := range l1.all() {
@@ -967,7 +967,7 @@ func TestAssignmentGeneration(t *testing.T) {
 			}
 			first[a.TP] = a
 		}
-		startMember(t, c, "g", []string{"t"}, func(context.Context, runner.Record) error { return nil }, nil, runner.OnAssign(l2.hook))
+		startMember(t, c, "g", []string{"t"}, func(context.Context, runner.Record) error { return nil }, nil, runner.OnAssign(runner.PerPartition(l2.hook)))
 		waitFor(t, 20*time.Second, "the second member owns partitions", func() bool { return len(l2.all()) > 0 && len(m1.src.ownedTPs()) < parts })
 		for _, a := range l2.all() {
 			prev := first[a.TP]
@@ -984,7 +984,7 @@ func TestAssignmentGeneration(t *testing.T) {
 		c.topic(t, "t", parts)
 		var l hookLog
 		startMember(t, c, "g", []string{"t"}, func(context.Context, runner.Record) error { return nil },
-			[]franz.Option{franz.ServerSideAssignment()}, runner.OnAssign(l.hook))
+			[]franz.Option{franz.ServerSideAssignment()}, runner.OnAssign(runner.PerPartition(l.hook)))
 		waitFor(t, 20*time.Second, "the member owns every partition", func() bool { return len(l.all()) == parts })
 		for _, a := range l.all() {
 			if a.Generation != runner.NoGeneration || a.Member == "" {
@@ -1022,7 +1022,7 @@ func TestKeptAcrossRejoin(t *testing.T) {
 	// heartbeat, tells the member it was removed.
 	m := startMember(t, c, "g", []string{"t"}, slow,
 		[]franz.Option{franz.SessionTimeout(10 * time.Second), franz.HeartbeatInterval(9 * time.Second)},
-		runner.OnAssign(l.hook), runner.CommitInterval(5*time.Millisecond), runner.Concurrency(1))
+		runner.OnAssign(runner.PerPartition(l.hook)), runner.CommitInterval(5*time.Millisecond), runner.Concurrency(1))
 	waitFor(t, 20*time.Second, "the first assignment and some commits", func() bool {
 		return len(l.all()) == 1 && c.committed(t, "g")[tp] >= 20
 	})
