@@ -97,6 +97,8 @@ type config struct {
 	tracerProvider trace.TracerProvider
 	errs           []error
 	assignHook     AssignHook
+	minRecordBytes int
+	maxCompression float64
 }
 
 // Option configures a Runner.
@@ -148,6 +150,19 @@ func ByteWaterMarks(high, low int64) Option {
 // partitions; at the cap every partition is paused until the total falls to
 // half of it. Default 256 MiB.
 func MaxBufferedBytes(n int64) Option { return func(c *config) { c.maxBytes = n } }
+
+// RecordShape states what the memory bound (MaxBufferedBytes) assumes of
+// the records: none smaller than minBytes uncompressed (key, value, headers
+// and about 10 bytes of framing), and no batch compressed more than
+// maxCompression times (1 for none). A source sizes its fetches from them,
+// because a client decodes a whole fetch at once: a fetch of tiny,
+// well-compressed records decodes to many times its size on the wire
+// (docs/runner.md has the formula). Records smaller, or compressed more,
+// than stated let the client's share exceed its budget in proportion.
+// Defaults 64 bytes and 4.
+func RecordShape(minBytes int, maxCompression float64) Option {
+	return func(c *config) { c.minRecordBytes, c.maxCompression = minBytes, maxCompression }
+}
 
 // CommitInterval sets how often the safe offsets of owned partitions are
 // committed asynchronously. Default 1s.
@@ -214,6 +229,8 @@ func defaults() config {
 		backoffInitial: 100 * time.Millisecond,
 		backoffMax:     10 * time.Second,
 		policy:         Block(),
+		minRecordBytes: 64,
+		maxCompression: 4,
 	}
 }
 
@@ -255,7 +272,23 @@ func (c *config) validate() error {
 		return bad("Failure", "dead-letter topic %q is also consumed", c.policy.topic)
 	case c.logger == nil:
 		return bad("Logger", "nil logger")
+	case c.minRecordBytes < 1 || c.maxCompression < 1:
+		return bad("RecordShape", "need minBytes >= 1 and maxCompression >= 1, got %d and %g", c.minRecordBytes, c.maxCompression)
 	}
 	return nil
 }
 
+// SourceShare is the part of MaxBufferedBytes the runner leaves to its
+// source (FetchLimits.Bytes): the client's fetch buffers and the adapter's
+// records taken ahead. The runner's own buffers and in-flight records use
+// the rest.
+const SourceShare = 0.25
+
+func (c *config) fetchLimits() FetchLimits {
+	return FetchLimits{
+		Bytes:          int64(float64(c.maxBytes) * SourceShare),
+		PartitionBytes: c.highBytes - c.lowBytes,
+		MinRecordBytes: c.minRecordBytes,
+		MaxCompression: c.maxCompression,
+	}
+}

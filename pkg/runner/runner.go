@@ -109,6 +109,11 @@ func New(src Source, opts ...Option) (*Runner, error) {
 			r.dlw = w
 		}
 	}
+	if fl, ok := src.(FetchLimiter); ok {
+		if err := fl.LimitFetch(cfg.fetchLimits()); err != nil {
+			return nil, &ConfigError{Option: "MaxBufferedBytes", Reason: err.Error()}
+		}
+	}
 	tel, err := newTelemetry(cfg.meterProvider, r)
 	if err != nil {
 		return nil, fmt.Errorf("runner: telemetry: %w", err)

@@ -178,3 +178,31 @@ func PerPartition(f func(ctx context.Context, a Assignment) (Applied, error)) As
 	}
 }
 
+// FetchLimiter is implemented by a Source whose client fetches records
+// ahead of the runner and buffers them. New calls LimitFetch once, before
+// Run, with the share of MaxBufferedBytes the source may use; an error
+// makes New fail with a *ConfigError. A Source that holds no records of its
+// own need not implement it.
+type FetchLimiter interface {
+	LimitFetch(FetchLimits) error
+}
+
+// FetchLimits bounds what a Source holds for records it fetched and has
+// not yet handed to the runner.
+type FetchLimits struct {
+	// Bytes is the most the source may hold at once for fetched records:
+	// its client's fetch buffers as they came from the broker, decompressed
+	// and decoded, and the adapter's own copies of records it took from the
+	// client and has not handed over. It is SourceShare of MaxBufferedBytes.
+	Bytes int64
+	// PartitionBytes is the most one partition's records from one fetch
+	// should bring: the gap between the byte water marks, the room a
+	// partition has once it was resumed.
+	PartitionBytes int64
+	// MinRecordBytes and MaxCompression are the assumptions the bound
+	// rests on (RecordShape): no record is smaller than MinRecordBytes
+	// bytes uncompressed, framing included, and no batch is compressed more
+	// than MaxCompression times. A source sizes its fetches from them.
+	MinRecordBytes int
+	MaxCompression float64
+}
