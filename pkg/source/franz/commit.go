@@ -75,6 +75,13 @@ func (e *CommitError) Unwrap() []error {
 
 var errNoAnswer = errors.New("franz: the broker's answer did not include the partition")
 
+// sentCommit is a commit request that passed the ownership check (admit)
+// and has not been answered yet. done is closed once it was.
+type sentCommit struct {
+	tps  []runner.TP
+	done chan struct{}
+}
+
 // Commit commits offsets (the next offset to consume per partition)
 // synchronously with the group's current member id and generation, and
 // returns when the broker answered or ctx is done. Offsets of partitions
@@ -82,13 +89,10 @@ var errNoAnswer = errors.New("franz: the broker's answer did not include the par
 // was acknowledged, and a *CommitError naming the partitions otherwise.
 // The runner calls it from one goroutine; calls never overlap.
 func (s *Source) Commit(ctx context.Context, offsets []runner.Offset) error {
-	// Held until the broker answered: see ownMu.
-	s.ownMu.Lock()
-	defer s.ownMu.Unlock()
-
 	var notOwned []runner.TP
 	send := make(map[string]map[int32]kgo.EpochOffset)
 	member, _ := s.cl.GroupMetadata()
+	s.ownMu.Lock()
 	for _, o := range offsets {
 		if m, ok := s.owned[o.TP]; !ok || m != member {
 			notOwned = append(notOwned, o.TP)
@@ -104,23 +108,35 @@ func (s *Source) Commit(ctx context.Context, offsets []runner.Offset) error {
 		// the next owner skips truncation detection for this commit.
 		ps[o.TP.Partition] = kgo.EpochOffset{Epoch: -1, Offset: o.Offset}
 	}
-	if len(notOwned) > 0 {
-		sortTPs(notOwned)
-		s.log.Warn("not committing offsets for partitions this member does not own", "partitions", tpStrings(notOwned))
-	}
+	s.ownMu.Unlock()
 	var failed map[runner.TP]error
 	if len(send) > 0 {
-		// franz-go holds a commit while the group rejoins and sends it
-		// with the member id and generation current then: refuse to send
-		// it if the member id is no longer the one the partitions were
-		// assigned under.
+		// The check above is a first sort; the one that counts is
+		// admit's, made when franz-go issues the request, with the member
+		// id it carries (franz-go holds a commit while the group rejoins
+		// and sends it with the member id and generation current then).
+		var sent *sentCommit
+		var refused []runner.TP
 		ctx = kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
-			if req.MemberID != member {
-				return fmt.Errorf("%w: the member rejoined as %s (was %s)", ErrNotOwned, req.MemberID, member)
+			sent, refused = s.admit(req)
+			if sent == nil {
+				return errAllRefused
 			}
 			return nil
 		})
-		failed = s.commit(ctx, send)
+		failed = s.commit(ctx, send, func() {
+			if sent != nil {
+				s.settle(sent)
+			}
+		})
+		for _, tp := range refused {
+			delete(failed, tp)
+		}
+		notOwned = append(notOwned, refused...)
+	}
+	if len(notOwned) > 0 {
+		sortTPs(notOwned)
+		s.log.Warn("not committing offsets for partitions this member does not own", "partitions", tpStrings(notOwned))
 	}
 	if len(failed) > 0 || len(notOwned) > 0 {
 		return &CommitError{Failed: failed, NotOwned: notOwned}
@@ -128,9 +144,58 @@ func (s *Source) Commit(ctx context.Context, offsets []runner.Offset) error {
 	return nil
 }
 
+// errAllRefused stops a commit whose partitions admit refused all.
+var errAllRefused = fmt.Errorf("%w: no partition of the commit is owned", ErrNotOwned)
+
+// admit is the ownership check of a commit request, run by franz-go just
+// before it issues the request, with the member id and generation it
+// carries. It removes from req the partitions this member does not own
+// under that member id, and returns them. If any partition is left, it
+// registers the request as sent: disown waits for its answer before the
+// partitions it names count as given up (see ownMu). It returns a nil
+// *sentCommit when nothing is left to send.
+func (s *Source) admit(req *kmsg.OffsetCommitRequest) (*sentCommit, []runner.TP) {
+	var refused, kept []runner.TP
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	topics := req.Topics[:0]
+	for _, t := range req.Topics {
+		ps := t.Partitions[:0]
+		for _, p := range t.Partitions {
+			tp := runner.TP{Topic: t.Topic, Partition: p.Partition}
+			if m, ok := s.owned[tp]; !ok || m != req.MemberID {
+				refused = append(refused, tp)
+				continue
+			}
+			kept = append(kept, tp)
+			ps = append(ps, p)
+		}
+		if t.Partitions = ps; len(ps) > 0 {
+			topics = append(topics, t)
+		}
+	}
+	req.Topics = topics
+	if len(kept) == 0 {
+		return nil, refused
+	}
+	sent := &sentCommit{tps: kept, done: make(chan struct{})}
+	s.sent[sent] = struct{}{}
+	return sent, refused
+}
+
+// settle marks a commit admit let through as answered (or abandoned: its
+// ctx ended).
+func (s *Source) settle(sent *sentCommit) {
+	s.ownMu.Lock()
+	delete(s.sent, sent)
+	s.ownMu.Unlock()
+	close(sent.done)
+}
+
 // commit sends one OffsetCommit and returns the partitions that were not
-// acknowledged.
-func (s *Source) commit(ctx context.Context, send map[string]map[int32]kgo.EpochOffset) map[runner.TP]error {
+// acknowledged. answered runs once the outcome is known (or abandoned),
+// before the client lets another commit go out.
+func (s *Source) commit(ctx context.Context, send map[string]map[int32]kgo.EpochOffset, answered func()) map[runner.TP]error {
 	failed := make(map[runner.TP]error)
 	failAll := func(err error) {
 		for t, ps := range send {
@@ -140,6 +205,7 @@ func (s *Source) commit(ctx context.Context, send map[string]map[int32]kgo.Epoch
 		}
 	}
 	s.cl.CommitOffsetsSync(ctx, send, func(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		defer answered()
 		if err != nil {
 			failAll(err)
 			return

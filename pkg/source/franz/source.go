@@ -44,24 +44,34 @@ type Source struct {
 	sink   runner.Sink
 	runCtx context.Context
 
-	// ownMu serializes commits with the changes of ownership, and guards
-	// owned: the partitions the group gave this member and neither revoked
-	// nor lost since.
+	// ownMu guards owned, the partitions the group gave this member and
+	// neither revoked nor lost since, and sent, the commits whose
+	// ownership check passed and that are not answered yet. It is held
+	// only for those maps, never across a call to the broker: the poll
+	// path takes it too.
 	//
-	// Commit holds it from the ownership check until the broker answered.
 	// In the classic protocol the broker does not check that a committing
 	// member owns the partition, only that its member id and generation are
 	// current. When the session is lost, franz-go calls OnPartitionsLost and
 	// then rejoins with a new generation; a commit that was still waiting
 	// (for the coordinator, or for the join to finish) would go out under
 	// the new generation for a partition that now belongs to another member
-	// and rewind that member's progress. Because onLost removes the
-	// partitions under ownMu before it tells the runner, it waits for a
-	// commit in progress to finish (with the old generation, which the
-	// broker rejects or, if still current, accepts for a partition we still
-	// owned), and every later commit finds them not owned and drops them.
+	// and rewind that member's progress. So the ownership check of a commit
+	// runs when franz-go issues the request (admit, through
+	// kgo.PreCommitFnContext), against the member id the request carries:
+	// it drops the partitions not owned under it and registers the rest
+	// in sent. onLost removes the partitions from owned first (disown),
+	// then waits, without the lock, for every sent commit that names one
+	// of them to be answered, and only then tells the runner. A commit
+	// admitted before carries the member id and generation under which we
+	// still owned the partitions (the broker rejects it, or, if they are
+	// still current, accepts it for a partition nobody else can own in that
+	// generation); every later one finds them not owned and drops them.
 	// That makes invariant 4 (after Lost, nothing is committed for the
-	// partition) hold at the broker, not only in the runner's table.
+	// partition) hold at the broker, not only in the runner's table: once
+	// onLost returns no commit for the partitions can go out, not even one
+	// that was already waiting. The wait lasts at most one commit round
+	// trip, bounded by the commit's ctx.
 	//
 	// owned maps each partition to the member id it was assigned under.
 	// When a commit is refused because the member was removed from the
@@ -70,9 +80,10 @@ type Source struct {
 	// by then its commits carry the new member id and generation, which
 	// the coordinator accepts. Comparing the member ids tells the two
 	// apart: partitions assigned under an earlier member id are lost, and
-	// no commit for them may go out under the new one (see Commit).
+	// no commit for them may go out under the new one (see admit).
 	ownMu sync.Mutex
 	owned map[runner.TP]string
+	sent  map[*sentCommit]struct{}
 
 	// recBufs are emptied record buffers, reused by the next poll (Run's
 	// goroutine only): the runner copies the records it is handed, and
@@ -164,6 +175,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		log:    cfg.logger.With("component", "tidemark.franz", "group", group),
 		closed: make(chan struct{}),
 		owned:  map[runner.TP]string{},
+		sent:   map[*sentCommit]struct{}{},
 		parked: map[runner.TP]*parkedPart{},
 		paused: map[runner.TP]bool{},
 
@@ -865,8 +877,9 @@ func (s *Source) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string]
 }
 
 // onLost drops partitions whose ownership is gone (the session expired or
-// was fenced): ownership first, under ownMu, so nothing more is committed
-// for them; then the runner, which cancels their handlers.
+// was fenced): ownership first (disown), so nothing more is committed for
+// them, not even a commit already on its way; then the runner, which
+// cancels their handlers.
 func (s *Source) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	tps := tpsOf(lost)
 	if len(tps) == 0 {
@@ -888,12 +901,30 @@ func benign(ctx context.Context, err error) bool {
 	return err == nil || errors.Is(err, runner.ErrStopped) || ctx.Err() != nil
 }
 
+// disown gives up tps: no commit for them is admitted from now on, and it
+// returns once every commit admitted before that named one of them was
+// answered (see ownMu).
 func (s *Source) disown(tps []runner.TP) {
+	var wait []chan struct{}
 	s.ownMu.Lock()
 	for _, tp := range tps {
 		delete(s.owned, tp)
 	}
+	if len(s.sent) > 0 {
+		gone := make(map[runner.TP]bool, len(tps))
+		for _, tp := range tps {
+			gone[tp] = true
+		}
+		for c := range s.sent {
+			if slices.ContainsFunc(c.tps, func(tp runner.TP) bool { return gone[tp] }) {
+				wait = append(wait, c.done)
+			}
+		}
+	}
 	s.ownMu.Unlock()
+	for _, done := range wait {
+		<-done
+	}
 }
 
 // Pause stops fetching tps until Resume, and stops handing over the records

@@ -1,0 +1,31 @@
+package franz
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+)
+
+// Own records tp as assigned under member, as onAssigned does.
+func (s *Source) Own(tp runner.TP, member string) {
+	s.ownMu.Lock()
+	s.owned[tp] = member
+	s.ownMu.Unlock()
+}
+
+// Admit runs the ownership check franz-go runs just before it issues a
+// commit request; answered marks the request answered.
+func (s *Source) Admit(req *kmsg.OffsetCommitRequest) (answered func(), refused []runner.TP) {
+	sent, refused := s.admit(req)
+	if sent == nil {
+		return func() {}, refused
+	}
+	return func() { s.settle(sent) }, refused
+}
+
+// Lose is franz-go's OnPartitionsLost callback for tps.
+func (s *Source) Lose(tps []runner.TP) {
+	s.onLost(context.Background(), s.cl, mapOf(tps))
+}
