@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -82,21 +83,43 @@ type sentCommit struct {
 	done chan struct{}
 }
 
+// floor is the group's committed offset at the start of a rejoined
+// partition's assignment, which rejoin could not read (the partition then
+// starts from the client's own position, and another member may have
+// committed past it meanwhile). Commit reads it before it sends anything
+// for the partition and never sends an offset below it, so the member's
+// commits cannot move the group's offset back; records between the two are
+// handled again. Guarded by ownMu.
+type floor struct {
+	at     int64 // valid once read
+	read   bool
+	logged bool // the first offset below it was logged
+}
+
 // Commit commits offsets (the next offset to consume per partition)
 // synchronously with the group's current member id and generation, and
 // returns when the broker answered or ctx is done. Offsets of partitions
-// this member does not own are not sent. It returns nil when every offset
-// was acknowledged, and a *CommitError naming the partitions otherwise.
-// The runner calls it from one goroutine; calls never overlap.
+// this member does not own are not sent. An offset below a rejoined
+// partition's floor (see rejoin) is not sent either and counts as
+// acknowledged: the group's offset is already past it. It returns nil when
+// every offset was acknowledged, and a *CommitError naming the partitions
+// otherwise. The runner calls it from one goroutine; calls never overlap.
 func (s *Source) Commit(ctx context.Context, offsets []runner.Offset) error {
 	var notOwned []runner.TP
 	send := make(map[string]map[int32]kgo.EpochOffset)
+	var floors map[runner.TP]*floor
 	member, _ := s.cl.GroupMetadata()
 	s.ownMu.Lock()
 	for _, o := range offsets {
 		if m, ok := s.owned[o.TP]; !ok || m != member {
 			notOwned = append(notOwned, o.TP)
 			continue
+		}
+		if f := s.floors[o.TP]; f != nil {
+			if floors == nil {
+				floors = make(map[runner.TP]*floor)
+			}
+			floors[o.TP] = f
 		}
 		ps := send[o.TP.Topic]
 		if ps == nil {
@@ -109,7 +132,10 @@ func (s *Source) Commit(ctx context.Context, offsets []runner.Offset) error {
 		ps[o.TP.Partition] = kgo.EpochOffset{Epoch: -1, Offset: o.Offset}
 	}
 	s.ownMu.Unlock()
-	var failed map[runner.TP]error
+	failed := make(map[runner.TP]error)
+	if len(floors) > 0 {
+		s.applyFloors(ctx, floors, send, failed)
+	}
 	if len(send) > 0 {
 		// The check above is a first sort; the one that counts is
 		// admit's, made when franz-go issues the request, with the member
@@ -124,7 +150,7 @@ func (s *Source) Commit(ctx context.Context, offsets []runner.Offset) error {
 			}
 			return nil
 		})
-		failed = s.commit(ctx, send, func() {
+		s.commit(ctx, send, failed, func() {
 			if sent != nil {
 				s.settle(sent)
 			}
@@ -142,6 +168,56 @@ func (s *Source) Commit(ctx context.Context, offsets []runner.Offset) error {
 		return &CommitError{Failed: failed, NotOwned: notOwned}
 	}
 	return nil
+}
+
+// applyFloors reads the floors not read yet and takes out of send the
+// offsets at or below their floor, and those whose floor could not be read
+// (into failed: the runner sends them again with its next commit).
+func (s *Source) applyFloors(ctx context.Context, floors map[runner.TP]*floor, send map[string]map[int32]kgo.EpochOffset, failed map[runner.TP]error) {
+	s.ownMu.Lock()
+	unread := false
+	for _, f := range floors {
+		unread = unread || !f.read
+	}
+	s.ownMu.Unlock()
+	var resp kadm.OffsetResponses
+	var err error
+	if unread {
+		// Nothing was committed for these partitions since their
+		// assignment began (an unread floor holds back every commit), and
+		// no other member can commit while this one owns them: what the
+		// group holds now is what it held then.
+		resp, err = kadm.NewClient(s.cl).FetchOffsets(ctx, s.group)
+	}
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	for tp, f := range floors {
+		if !f.read {
+			o, ok := resp.Lookup(tp.Topic, tp.Partition)
+			switch {
+			case err != nil:
+				failed[tp] = fmt.Errorf("franz: reading the group's committed offset of rejoined %s before its first commit: %w", tp, err)
+			case ok && o.Err != nil:
+				failed[tp] = fmt.Errorf("franz: reading the group's committed offset of rejoined %s before its first commit: %w", tp, o.Err)
+			default:
+				f.at, f.read = o.At, true // -1 when nothing is committed (or !ok)
+			}
+		}
+		ps := send[tp.Topic]
+		off := ps[tp.Partition].Offset
+		if f.read && off >= f.at {
+			continue
+		}
+		delete(ps, tp.Partition)
+		if len(ps) == 0 {
+			delete(send, tp.Topic)
+		}
+		if f.read && !f.logged {
+			f.logged = true
+			s.log.Info("not committing a rejoined partition behind the group's offset, which another member moved while this one was out of the group; records up to it are handled again",
+				"partition", tp.String(), "offset", off, "group_offset", f.at)
+		}
+	}
 }
 
 // errAllRefused stops a commit whose partitions admit refused all.
@@ -192,11 +268,10 @@ func (s *Source) settle(sent *sentCommit) {
 	close(sent.done)
 }
 
-// commit sends one OffsetCommit and returns the partitions that were not
-// acknowledged. answered runs once the outcome is known (or abandoned),
-// before the client lets another commit go out.
-func (s *Source) commit(ctx context.Context, send map[string]map[int32]kgo.EpochOffset, answered func()) map[runner.TP]error {
-	failed := make(map[runner.TP]error)
+// commit sends one OffsetCommit and adds the partitions that were not
+// acknowledged to failed. answered runs once the outcome is known (or
+// abandoned), before the client lets another commit go out.
+func (s *Source) commit(ctx context.Context, send map[string]map[int32]kgo.EpochOffset, failed map[runner.TP]error, answered func()) {
 	failAll := func(err error) {
 		for t, ps := range send {
 			for p := range ps {
@@ -239,5 +314,4 @@ func (s *Source) commit(ctx context.Context, send map[string]map[int32]kgo.Epoch
 			}
 		}
 	})
-	return failed
 }

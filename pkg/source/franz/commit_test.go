@@ -1,6 +1,7 @@
 package franz_test
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -8,6 +9,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -167,4 +171,120 @@ func TestLostWaitsForSentCommit(t *testing.T) {
 			t.Fatalf("a commit of lost partitions only: refused %v, want both", refused)
 		}
 	})
+}
+
+// TestRejoinNeverCommitsBackward: a member removed from the group that
+// rejoins under a new member id and keeps its partition reads the group's
+// committed offset to start from it. When that read fails, it goes on from
+// its own position; another member may have committed further in between,
+// and the rejoined member's commits must not move the group's offset back
+// (they did: issue 13 §3).
+func TestRejoinNeverCommitsBackward(t *testing.T) {
+	const records, ahead = 2000, 1900
+	c := newCluster(t)
+	c.topic(t, "t", 1)
+	// Small batches and small fetches: the member's own position stays
+	// far behind the offset another member commits.
+	for range records / 10 {
+		c.produce(t, "t", 1, 10, 10)
+	}
+	tp := runner.TP{Topic: "t", Partition: 0}
+	var l hookLog
+	slow := func(ctx context.Context, _ runner.Record) error {
+		select {
+		case <-time.After(time.Millisecond):
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	m := startMember(t, c, "g", []string{"t"}, slow,
+		[]franz.Option{franz.SessionTimeout(10 * time.Second), franz.HeartbeatInterval(9 * time.Second),
+			franz.ClientOptions(kgo.FetchMaxBytes(2000), kgo.FetchMaxPartitionBytes(2000))},
+		runner.OnAssign(runner.PerPartition(l.hook)), runner.CommitInterval(5*time.Millisecond),
+		runner.Concurrency(1), runner.WaterMarks(40, 20))
+	waitFor(t, 20*time.Second, "the first assignment and some commits", func() bool {
+		return len(l.all()) == 1 && c.committed(t, "g")[tp] >= 20
+	})
+	oldID, _ := m.src.Client().GroupMetadata()
+
+	// Hold the member's rejoin at the broker while another consumer
+	// commits further, then fail the read of the committed offsets the
+	// rejoin makes.
+	joinHeld, releaseJoin := make(chan struct{}), make(chan struct{})
+	var joinTaken atomic.Bool
+	c.c.ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if !joinTaken.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		close(joinHeld)
+		c.c.SleepControl(func() { <-releaseJoin })
+		return nil, nil, false
+	})
+	defer func() {
+		select {
+		case <-releaseJoin:
+		default:
+			close(releaseJoin)
+		}
+	}()
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = "g"
+	mem := kmsg.NewLeaveGroupRequestMember()
+	mem.MemberID = oldID
+	req.Members = append(req.Members, mem)
+	if _, err := req.RequestWith(context.Background(), c.cl); err != nil {
+		t.Fatalf("removing the member: %v", err)
+	}
+	select {
+	case <-joinHeld:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the member did not rejoin")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	os := kadm.Offsets{}
+	os.Add(kadm.Offset{Topic: "t", Partition: 0, At: ahead, LeaderEpoch: -1})
+	if resp, err := c.adm.CommitOffsets(ctx, "g", os); err != nil || resp.Error() != nil {
+		t.Fatalf("committing %d as another consumer: %v %v", ahead, err, resp.Error())
+	}
+	var failedReads atomic.Int32
+	c.c.ControlKey(int16(kmsg.OffsetFetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.OffsetFetchRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		for _, g := range req.Groups {
+			rg := kmsg.NewOffsetFetchResponseGroup()
+			rg.Group, rg.ErrorCode = g.Group, kerr.GroupAuthorizationFailed.Code
+			resp.Groups = append(resp.Groups, rg)
+		}
+		failedReads.Add(1)
+		return resp, nil, true
+	})
+	close(releaseJoin)
+
+	waitFor(t, 20*time.Second, "the partition assigned again under a new member id", func() bool {
+		all := l.all()
+		return len(all) >= 2 && all[len(all)-1].Member != oldID
+	})
+	if failedReads.Load() != 1 {
+		t.Fatalf("%d reads of the committed offsets failed, want the rejoin's one", failedReads.Load())
+	}
+	if again := l.all()[1]; again.Start >= 0 {
+		t.Fatalf("the rejoined assignment starts at %d: the read of the committed offsets did not fail", again.Start)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := c.committed(t, "g")[tp]
+		if got < ahead {
+			t.Fatalf("the group's committed offset went back from %d to %d after the rejoin", ahead, got)
+		}
+		if got == records {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("committed %d after 20s, want %d", got, records)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	m.shutdown(t)
 }

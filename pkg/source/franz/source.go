@@ -81,9 +81,10 @@ type Source struct {
 	// the coordinator accepts. Comparing the member ids tells the two
 	// apart: partitions assigned under an earlier member id are lost, and
 	// no commit for them may go out under the new one (see admit).
-	ownMu sync.Mutex
-	owned map[runner.TP]string
-	sent  map[*sentCommit]struct{}
+	ownMu  sync.Mutex
+	owned  map[runner.TP]string
+	sent   map[*sentCommit]struct{}
+	floors map[runner.TP]*floor // rejoined partitions whose committed offset rejoin could not read
 
 	// recBufs are emptied record buffers, reused by the next poll (Run's
 	// goroutine only): the runner copies the records it is handed, and
@@ -176,6 +177,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		closed: make(chan struct{}),
 		owned:  map[runner.TP]string{},
 		sent:   map[*sentCommit]struct{}{},
+		floors: map[runner.TP]*floor{},
 		parked: map[runner.TP]*parkedPart{},
 		paused: map[runner.TP]bool{},
 
@@ -730,6 +732,7 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 	}
 	for _, tp := range tps {
 		s.owned[tp] = member
+		delete(s.floors, tp) // franz-go fetched the start: no floor
 	}
 	s.ownMu.Unlock()
 	starts := map[runner.TP]int64{}
@@ -786,8 +789,10 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 // committed offsets (another member may have committed past where this one
 // stopped; continuing from its own position would commit behind them), and
 // owns them again under member. It returns the committed offsets it found,
-// the start of the new assignments; a partition it could not read starts
-// where the client goes on fetching.
+// the start of the new assignments. A partition whose committed offset it
+// could not read starts where the client goes on fetching, with a floor
+// (see Commit): the group's offset, read before anything is committed for
+// it, below which nothing is sent.
 func (s *Source) rejoin(tps []runner.TP, member string) map[runner.TP]int64 {
 	s.log.Warn("partitions kept across a rejoin under a new member id; they were lost in between and are assigned anew",
 		"partitions", tpStrings(tps), "member", member)
@@ -801,13 +806,19 @@ func (s *Source) rejoin(tps []runner.TP, member string) map[runner.TP]int64 {
 	defer cancel()
 	resp, err := kadm.NewClient(s.cl).FetchOffsets(ctx, s.group)
 	set := map[string]map[int32]kgo.EpochOffset{}
+	var unread []runner.TP
 	for _, tp := range tps {
 		if err != nil {
-			break
+			unread = append(unread, tp)
+			continue
 		}
 		o, ok := resp.Lookup(tp.Topic, tp.Partition)
-		if !ok || o.Err != nil || o.At < 0 {
+		switch {
+		case !ok || o.Err != nil:
+			unread = append(unread, tp)
 			continue
+		case o.At < 0:
+			continue // nothing committed: nothing to go behind
 		}
 		if set[tp.Topic] == nil {
 			set[tp.Topic] = map[int32]kgo.EpochOffset{}
@@ -815,9 +826,9 @@ func (s *Source) rejoin(tps []runner.TP, member string) map[runner.TP]int64 {
 		set[tp.Topic][tp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: o.At}
 		starts[tp] = o.At
 	}
-	if err != nil {
-		s.log.Warn("could not read the committed offsets of rejoined partitions; fetching goes on from the client's position",
-			"partitions", tpStrings(tps), "err", err)
+	if len(unread) > 0 {
+		s.log.Warn("could not read the committed offsets of rejoined partitions; fetching goes on from the client's position, and nothing is committed for them below the group's offset, read again before their first commit",
+			"partitions", tpStrings(unread), "err", err)
 	}
 	if len(set) > 0 {
 		// Safe here: franz-go runs this callback while no poll holds
@@ -827,6 +838,9 @@ func (s *Source) rejoin(tps []runner.TP, member string) map[runner.TP]int64 {
 	s.ownMu.Lock()
 	for _, tp := range tps {
 		s.owned[tp] = member
+	}
+	for _, tp := range unread {
+		s.floors[tp] = &floor{}
 	}
 	s.ownMu.Unlock()
 	return starts
@@ -909,6 +923,7 @@ func (s *Source) disown(tps []runner.TP) {
 	s.ownMu.Lock()
 	for _, tp := range tps {
 		delete(s.owned, tp)
+		delete(s.floors, tp)
 	}
 	if len(s.sent) > 0 {
 		gone := make(map[runner.TP]bool, len(tps))
