@@ -2,6 +2,7 @@ package franz
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -28,4 +29,28 @@ func (s *Source) Admit(req *kmsg.OffsetCommitRequest) (answered func(), refused 
 // Lose is franz-go's OnPartitionsLost callback for tps.
 func (s *Source) Lose(tps []runner.TP) {
 	s.onLost(context.Background(), s.cl, mapOf(tps))
+}
+
+// FlowCalls counts the client's PauseFetchPartitions and
+// ResumeFetchPartitions calls from now on. Call it before Run.
+type FlowCalls struct {
+	fetchControl
+	Pauses, Resumes atomic.Int64
+}
+
+func (c *FlowCalls) PauseFetchPartitions(m map[string][]int32) map[string][]int32 {
+	c.Pauses.Add(1)
+	return c.fetchControl.PauseFetchPartitions(m)
+}
+
+func (c *FlowCalls) ResumeFetchPartitions(m map[string][]int32) {
+	c.Resumes.Add(1)
+	c.fetchControl.ResumeFetchPartitions(m)
+}
+
+// CountFlowCalls makes s count its flow control calls to the client.
+func (s *Source) CountFlowCalls() *FlowCalls {
+	c := &FlowCalls{fetchControl: s.fc}
+	s.fc = c
+	return c
 }

@@ -26,6 +26,7 @@ import (
 // Its methods are safe for concurrent use. A Source runs once.
 type Source struct {
 	cl     *kgo.Client
+	fc     fetchControl // cl, or a wrapper that counts the calls in tests
 	cfg    config
 	group  string
 	topics []string
@@ -120,6 +121,13 @@ type Source struct {
 	pollCancel context.CancelFunc
 	wake       bool
 	resumed    chan struct{} // capacity 1: a Resume happened
+}
+
+// fetchControl is the part of the client that flow control calls: pausing
+// and resuming fetches. *kgo.Client implements it; tests count the calls.
+type fetchControl interface {
+	PauseFetchPartitions(map[string][]int32) map[string][]int32
+	ResumeFetchPartitions(map[string][]int32)
 }
 
 // parkedPart is a paused partition's records that Run took from the client
@@ -231,7 +239,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		cl.Close()
 		return nil, &ConfigError{Option: "ClientOptions", Reason: "kgo.ConsumeRegex is not supported: the source consumes the topics given to New"}
 	}
-	s.cl = cl
+	s.cl, s.fc = cl, cl
 	return s, nil
 }
 
@@ -458,7 +466,7 @@ func (s *Source) take(budget int) []runner.Batch {
 		// them again. Under flowMu, so that a Pause after the check
 		// above is not undone (Pause marks paused before it pauses the
 		// client).
-		s.cl.ResumeFetchPartitions(mapOf(s.refetch))
+		s.fc.ResumeFetchPartitions(mapOf(s.refetch))
 		s.refetch = s.refetch[:0]
 	}
 	s.flowMu.Unlock()
@@ -749,7 +757,7 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 	// same partition, and records held from it (none should be: the
 	// revoke or loss dropped them).
 	s.dropHeld(tps)
-	s.cl.ResumeFetchPartitions(mapOf(tps))
+	s.fc.ResumeFetchPartitions(mapOf(tps))
 	s.log.Info("partitions assigned", "partitions", tpStrings(tps))
 	sink, ctx := s.sinkOf()
 	if sink == nil {
@@ -955,7 +963,7 @@ func (s *Source) Pause(tps []runner.TP) {
 		s.paused[tp] = true
 	}
 	s.flowMu.Unlock()
-	s.cl.PauseFetchPartitions(mapOf(tps))
+	s.fc.PauseFetchPartitions(mapOf(tps))
 }
 
 // Resume starts fetching tps again, which takes effect with the next fetch
@@ -987,7 +995,7 @@ func (s *Source) Resume(tps []runner.TP) {
 	default:
 	}
 	if len(fetch) > 0 {
-		s.cl.ResumeFetchPartitions(mapOf(fetch))
+		s.fc.ResumeFetchPartitions(mapOf(fetch))
 	}
 }
 
