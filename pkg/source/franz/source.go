@@ -107,20 +107,33 @@ type Source struct {
 	orig   []runner.Batch            // this poll's batches, reused once all is handed over
 	parked map[runner.TP]*parkedPart // records of paused partitions from earlier polls
 	out    []runner.Batch            // reused for each hand-over
-	// refetch: partitions whose parked records were all handed over, to
-	// fetch again (a partition with parked records is not fetched).
-	refetch []runner.TP
 
 	// flowMu guards paused (what the runner paused), parkedTPs (the keys of
-	// parked, readable without heldMu) and the wake-up of a poll: Resume
-	// of a partition with parked records ends the poll Run waits in, so
-	// that they go to the runner at once.
-	flowMu     sync.Mutex
-	paused     map[runner.TP]bool
-	parkedTPs  map[runner.TP]bool
-	pollCancel context.CancelFunc
-	wake       bool
-	resumed    chan struct{} // capacity 1: a Resume happened
+	// parked, readable without heldMu), what the client was told
+	// (fetchPaused) and what may have to change there (flowDirty), and the
+	// wake-up of a poll.
+	//
+	// A partition is paused at the client while the runner paused it or
+	// records of it are parked (so parked records never pile up). Pause
+	// and Resume only record the change: franz-go copies its whole set of
+	// paused partitions on each PauseFetchPartitions and
+	// ResumeFetchPartitions call, so a call per toggle made water marks
+	// that flap cost O(paused) per toggle. Run tells the client once per
+	// poll, just before it (applyFlow): at most one call of each. A pause
+	// that waits for it costs nothing the runner sees (a poll strips
+	// paused partitions, and Run keeps records of paused partitions from
+	// the runner); a resume must not wait for a poll that may not end
+	// (everything else paused), so Resume ends the poll Run waits in when
+	// the client has to fetch again, as it does when parked records can
+	// go to the runner.
+	flowMu      sync.Mutex
+	paused      map[runner.TP]bool
+	parkedTPs   map[runner.TP]bool
+	fetchPaused map[runner.TP]bool // paused at the client
+	flowDirty   map[runner.TP]bool // paused, parked or assigned since the last applyFlow
+	pollCancel  context.CancelFunc
+	wake        bool
+	resumed     chan struct{} // capacity 1: a Resume happened
 }
 
 // fetchControl is the part of the client that flow control calls: pausing
@@ -189,8 +202,10 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		parked: map[runner.TP]*parkedPart{},
 		paused: map[runner.TP]bool{},
 
-		parkedTPs: map[runner.TP]bool{},
-		resumed:   make(chan struct{}, 1),
+		parkedTPs:   map[runner.TP]bool{},
+		fetchPaused: map[runner.TP]bool{},
+		flowDirty:   map[runner.TP]bool{},
+		resumed:     make(chan struct{}, 1),
 	}
 
 	// Overridable defaults first, then the caller's client options, then
@@ -332,7 +347,7 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 		s.park()
 		fetches, woken := s.poll(ctx, s.holdCap(room))
 		batches, stop, err := s.batches(ctx, fetches)
-		if len(batches) == 0 {
+		if len(batches) == 0 && !woken {
 			s.forget()
 		}
 		s.heldMu.Lock()
@@ -444,7 +459,7 @@ func (s *Source) take(budget int) []runner.Batch {
 			b.Position = pp.pos
 			delete(s.parked, tp)
 			delete(s.parkedTPs, tp)
-			s.refetch = append(s.refetch, tp)
+			s.flowDirty[tp] = true // fetched again from the next poll
 		}
 		out = append(out, b)
 	}
@@ -460,14 +475,6 @@ func (s *Source) take(budget int) []runner.Batch {
 			ob.Position, b.Position = b.Position, -1
 		}
 		out = append(out, ob)
-	}
-	if len(s.refetch) > 0 {
-		// Unpaused and nothing parked any more: the client may fetch
-		// them again. Under flowMu, so that a Pause after the check
-		// above is not undone (Pause marks paused before it pauses the
-		// client).
-		s.fc.ResumeFetchPartitions(mapOf(s.refetch))
-		s.refetch = s.refetch[:0]
 	}
 	s.flowMu.Unlock()
 	s.out = out
@@ -494,6 +501,7 @@ func (s *Source) park() {
 			s.parked[b.TP] = pp
 			s.flowMu.Lock()
 			s.parkedTPs[b.TP] = true
+			s.flowDirty[b.TP] = true // not fetched while parked
 			s.flowMu.Unlock()
 		}
 		pp.recs = append(pp.recs, b.Records...)
@@ -516,6 +524,7 @@ func (s *Source) poll(ctx context.Context, most int) (fetches kgo.Fetches, woken
 		s.flowMu.Unlock()
 		return nil, true
 	}
+	s.applyFlow()
 	s.pollCancel = cancel
 	s.flowMu.Unlock()
 	fetches = s.cl.PollRecords(pctx, most)
@@ -552,8 +561,47 @@ func (s *Source) dropHeld(tps []runner.TP) {
 		// A new assignment starts unpaused (the runner does not resume
 		// what it revokes or loses while paused).
 		delete(s.paused, tp)
+		s.flowDirty[tp] = true
 	}
 	s.flowMu.Unlock()
+}
+
+// applyFlow tells the client what changed in the partitions to fetch since
+// the last call, with at most one PauseFetchPartitions and one
+// ResumeFetchPartitions call; flowMu must be held (so that a Pause after
+// the check is not undone by a stale resume). Run's goroutine calls it
+// before each poll. O(changed partitions) plus franz-go's copy of its
+// paused set per call.
+func (s *Source) applyFlow() {
+	var pause, resume map[string][]int32
+	for tp := range s.flowDirty {
+		want := s.paused[tp] || s.parkedTPs[tp]
+		if want == s.fetchPaused[tp] {
+			continue
+		}
+		if want {
+			s.fetchPaused[tp] = true
+			pause = addTP(pause, tp)
+		} else {
+			delete(s.fetchPaused, tp)
+			resume = addTP(resume, tp)
+		}
+	}
+	clear(s.flowDirty)
+	if pause != nil {
+		s.fc.PauseFetchPartitions(pause)
+	}
+	if resume != nil {
+		s.fc.ResumeFetchPartitions(resume)
+	}
+}
+
+func addTP(m map[string][]int32, tp runner.TP) map[string][]int32 {
+	if m == nil {
+		m = make(map[string][]int32)
+	}
+	m[tp.Topic] = append(m[tp.Topic], tp.Partition)
+	return m
 }
 
 // batches turns one poll into one Batch per partition. It reports stop when
@@ -757,7 +805,15 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 	// same partition, and records held from it (none should be: the
 	// revoke or loss dropped them).
 	s.dropHeld(tps)
+	s.flowMu.Lock()
+	for _, tp := range tps {
+		delete(s.fetchPaused, tp)
+		delete(s.flowDirty, tp)
+	}
+	// At once, not with the next poll: franz-go starts fetching them as
+	// this callback returns, and Run may be waiting in a poll.
 	s.fc.ResumeFetchPartitions(mapOf(tps))
+	s.flowMu.Unlock()
 	s.log.Info("partitions assigned", "partitions", tpStrings(tps))
 	sink, ctx := s.sinkOf()
 	if sink == nil {
@@ -953,7 +1009,8 @@ func (s *Source) disown(tps []runner.TP) {
 // Pause stops fetching tps until Resume, and stops handing over the records
 // Run already took for them (they are kept, not fetched again); records of
 // tps the client buffered but Run did not take yet are dropped by the
-// client and fetched again after Resume. It does not block.
+// client and fetched again after Resume. The client is told with Run's
+// next poll (see flowMu). It does not block.
 func (s *Source) Pause(tps []runner.TP) {
 	if len(tps) == 0 {
 		return
@@ -961,41 +1018,39 @@ func (s *Source) Pause(tps []runner.TP) {
 	s.flowMu.Lock()
 	for _, tp := range tps {
 		s.paused[tp] = true
+		s.flowDirty[tp] = true
 	}
 	s.flowMu.Unlock()
-	s.fc.PauseFetchPartitions(mapOf(tps))
 }
 
 // Resume starts fetching tps again, which takes effect with the next fetch
 // request to their broker (within FetchMaxWait), and hands over the records
-// Run holds for them at once (ending a poll Run waits in). It does not
+// Run holds for them at once; either ends a poll Run waits in. It does not
 // block.
 func (s *Source) Resume(tps []runner.TP) {
 	if len(tps) == 0 {
 		return
 	}
-	var fetch []runner.TP
+	end := false
 	s.flowMu.Lock()
 	for _, tp := range tps {
 		delete(s.paused, tp)
 		if s.parkedTPs[tp] {
 			// Fetched again only once its parked records are handed
 			// over (take), so parked records never pile up.
-			s.wake = true
-		} else {
-			fetch = append(fetch, tp)
+			s.wake, end = true, true
+			continue
 		}
+		s.flowDirty[tp] = true
+		end = end || s.fetchPaused[tp]
 	}
-	if s.wake && s.pollCancel != nil {
+	if end && s.pollCancel != nil {
 		s.pollCancel()
 	}
 	s.flowMu.Unlock()
 	select {
 	case s.resumed <- struct{}{}:
 	default:
-	}
-	if len(fetch) > 0 {
-		s.fc.ResumeFetchPartitions(mapOf(fetch))
 	}
 }
 
