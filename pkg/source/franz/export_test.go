@@ -54,3 +54,21 @@ func (s *Source) CountFlowCalls() *FlowCalls {
 	s.fc = c
 	return c
 }
+
+// ApplyFlow tells the client what changed in the partitions to fetch, as
+// Run does before each poll.
+func (s *Source) ApplyFlow() {
+	s.flowMu.Lock()
+	s.applyFlow()
+	s.flowMu.Unlock()
+}
+
+// Hold makes batches the records held, as a poll that returned them would,
+// and DropHeld drops those of drop, as a revoke does.
+func (s *Source) Hold(batches []runner.Batch) {
+	s.heldMu.Lock()
+	s.held = append(s.held[:0], batches...)
+	s.heldMu.Unlock()
+}
+
+func (s *Source) DropHeld(drop []runner.TP) { s.dropHeld(drop) }

@@ -545,12 +545,16 @@ func (s *Source) poll(ctx context.Context, most int) (fetches kgo.Fetches, woken
 
 // dropHeld forgets the records held for tps, whose assignment ended or is
 // new: they were never handed to the runner, and whoever owns the
-// partitions next fetches them again.
+// partitions next fetches them again. O(held + tps).
 func (s *Source) dropHeld(tps []runner.TP) {
+	drop := make(map[runner.TP]bool, len(tps))
+	for _, tp := range tps {
+		drop[tp] = true
+	}
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
 	for i := range s.held {
-		if b := &s.held[i]; slices.Contains(tps, b.TP) {
+		if b := &s.held[i]; drop[b.TP] {
 			b.Records, b.Position = nil, -1
 		}
 	}
