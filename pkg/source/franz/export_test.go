@@ -72,3 +72,37 @@ func (s *Source) Hold(batches []runner.Batch) {
 }
 
 func (s *Source) DropHeld(drop []runner.TP) { s.dropHeld(drop) }
+
+// Park makes batches this poll's records, all of them still held (their
+// partitions paused), and parks them as Run does before its next poll. It
+// returns what is parked for each partition, and the records the reusable
+// buffers still hold (they are cleared when reused).
+func (s *Source) Park(batches []runner.Batch) (parked map[runner.TP][]runner.Record, pinned int) {
+	s.Pause(tpsOfBatches(batches))
+	s.heldMu.Lock()
+	s.held, s.orig = append(s.held[:0], batches...), batches
+	s.heldMu.Unlock()
+	s.park()
+	parked = map[runner.TP][]runner.Record{}
+	s.heldMu.Lock()
+	for tp, pp := range s.parked {
+		parked[tp] = pp.recs
+	}
+	s.heldMu.Unlock()
+	for _, b := range s.recBufs {
+		for _, r := range b[:cap(b)] {
+			if r.Key != nil || r.Value != nil || r.Headers != nil {
+				pinned++
+			}
+		}
+	}
+	return parked, pinned
+}
+
+func tpsOfBatches(bs []runner.Batch) []runner.TP {
+	tps := make([]runner.TP, len(bs))
+	for i, b := range bs {
+		tps[i] = b.TP
+	}
+	return tps
+}

@@ -9,13 +9,21 @@ import (
 	"github.com/tidemark/tidemark/pkg/source/franz"
 )
 
-func benchSource(b *testing.B, parts int) (*franz.Source, []runner.TP) {
-	b.Helper()
+// benchSourceT is a Source whose client never connects (the test calls its
+// methods directly).
+func benchSourceT(tb testing.TB) *franz.Source {
+	tb.Helper()
 	src, err := franz.New([]string{"127.0.0.1:1"}, "g", []string{"t"}, franz.Logger(slog.New(slog.DiscardHandler)))
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { src.Close() })
+	tb.Cleanup(func() { src.Close() })
+	return src
+}
+
+func benchSource(b *testing.B, parts int) (*franz.Source, []runner.TP) {
+	b.Helper()
+	src := benchSourceT(b)
 	tps := make([]runner.TP, parts)
 	for i := range tps {
 		tps[i] = runner.TP{Topic: "t", Partition: int32(i)}

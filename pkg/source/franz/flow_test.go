@@ -25,7 +25,7 @@ type flapSink struct {
 	pace    runner.TP
 	idle    []runner.TP
 	mu      sync.Mutex
-	fetched int // hand-overs with records
+	fetched int         // hand-overs with records
 	early   []runner.TP // partitions handed over while paused
 	paused  []runner.TP
 }

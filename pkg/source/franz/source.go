@@ -87,11 +87,11 @@ type Source struct {
 	sent   map[*sentCommit]struct{}
 	floors map[runner.TP]*floor // rejoined partitions whose committed offset rejoin could not read
 
-	// recBufs are emptied record buffers, reused by the next poll (Run's
-	// goroutine only): the runner copies the records it is handed, and
-	// allocating a poll's worth of records anew each time was most of the
-	// garbage a fast consumer made. It holds at most as many buffers as
-	// one poll had partitions.
+	// recBufs are emptied (and cleared) record buffers, reused by the
+	// next poll (Run's goroutine only): the runner copies the records it is
+	// handed, and allocating a poll's worth of records anew each time was
+	// most of the garbage a fast consumer made. It holds at most as many
+	// buffers as one poll had partitions.
 	recBufs [][]runner.Record
 
 	// Run takes everything the client fetched at once (see Run) and hands
@@ -144,8 +144,9 @@ type fetchControl interface {
 }
 
 // parkedPart is a paused partition's records that Run took from the client
-// and could not hand over before its next poll, copied out of the poll's
-// buffers, with the position after them and the high watermark.
+// and could not hand over before its next poll, deep-copied out of the
+// poll's buffers (see parkedCopy), with the position after them and the
+// high watermark.
 type parkedPart struct {
 	recs []runner.Record
 	pos  int64
@@ -347,9 +348,6 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 		s.park()
 		fetches, woken := s.poll(ctx, s.holdCap(room))
 		batches, stop, err := s.batches(ctx, fetches)
-		if len(batches) == 0 && !woken {
-			s.forget()
-		}
 		s.heldMu.Lock()
 		s.held, s.orig = append(s.held[:0], batches...), batches
 		s.heldMu.Unlock()
@@ -486,7 +484,9 @@ func (s *Source) take(budget int) []runner.Batch {
 }
 
 // park copies what is still held (records of paused partitions) out of the
-// poll's buffers into parked, and releases the buffers for the next poll.
+// poll's buffers into parked, and releases the buffers for the next poll:
+// the copies share no memory with the fetch, so once the runner has copied
+// what it was handed, nothing keeps the fetch's buffers alive.
 func (s *Source) park() {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
@@ -504,7 +504,7 @@ func (s *Source) park() {
 			s.flowDirty[b.TP] = true // not fetched while parked
 			s.flowMu.Unlock()
 		}
-		pp.recs = append(pp.recs, b.Records...)
+		pp.recs = parkedCopy(pp.recs, b.Records)
 		pp.pos, pp.hwm = max(pp.pos, b.Position), max(pp.hwm, b.HighWatermark)
 	}
 	s.reuse(s.orig)
@@ -652,7 +652,6 @@ func (s *Source) batches(ctx context.Context, fetches kgo.Fetches) (out []runner
 		return nil, stop, err
 	}
 	var idx map[runner.TP]int
-	var stale []int // per batch: the length its reused buffer had
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) == 0 {
 			return
@@ -665,9 +664,7 @@ func (s *Source) batches(ctx context.Context, fetches kgo.Fetches) (out []runner
 			}
 			i = len(out)
 			idx[tp] = i
-			buf := s.recordBuf()
-			stale = append(stale, len(buf))
-			out = append(out, runner.Batch{TP: tp, Position: -1, HighWatermark: -1, Records: buf[:0]})
+			out = append(out, runner.Batch{TP: tp, Position: -1, HighWatermark: -1, Records: s.recordBuf()})
 		}
 		b := &out[i]
 		b.HighWatermark = max(b.HighWatermark, p.HighWatermark)
@@ -681,18 +678,10 @@ func (s *Source) batches(ctx context.Context, fetches kgo.Fetches) (out []runner
 			b.Records = append(b.Records, record(r))
 		}
 	})
-	for i := range out {
-		// What a reused buffer held beyond this poll's records would
-		// keep that earlier fetch's data alive.
-		if r := out[i].Records; stale[i] > len(r) && stale[i] <= cap(r) {
-			clear(r[len(r):stale[i]])
-		}
-	}
 	return out, false, nil
 }
 
-// recordBuf returns a record buffer to reuse, with the records it held last
-// (the caller overwrites them and clears what it does not), or nil.
+// recordBuf returns an empty record buffer to reuse, or nil.
 func (s *Source) recordBuf() []runner.Record {
 	if n := len(s.recBufs); n > 0 {
 		b := s.recBufs[n-1]
@@ -703,24 +692,58 @@ func (s *Source) recordBuf() []runner.Record {
 }
 
 // reuse keeps the batches' record buffers for the next poll once the runner
-// has copied their records. They are not cleared here: the next poll
-// overwrites them and clears only what it leaves over (batches), which
-// saves clearing every record twice; an empty poll clears them all
-// (forget), so an idle consumer does not keep fetched data alive.
+// has copied their records, cleared: their records point into the fetch's
+// buffers, which must not stay alive while the client fetches the next
+// (the memory bound counts one poll in hand, see LimitFetch).
 func (s *Source) reuse(batches []runner.Batch) {
 	for _, b := range batches {
 		if cap(b.Records) > 0 {
-			s.recBufs = append(s.recBufs, b.Records)
+			clear(b.Records)
+			s.recBufs = append(s.recBufs, b.Records[:0])
 		}
 	}
 }
 
-// forget clears the reusable record buffers.
-func (s *Source) forget() {
-	for i, b := range s.recBufs {
-		clear(b)
-		s.recBufs[i] = b[:0]
+// parkedCopy appends recs to dst with their keys, values and headers copied
+// into one new allocation (and their headers into one more), so that they
+// share no memory with the fetch they came from. A nil key or value stays
+// nil, an empty one stays empty.
+func parkedCopy(dst, recs []runner.Record) []runner.Record {
+	var n, nh int
+	for i := range recs {
+		n += len(recs[i].Key) + len(recs[i].Value)
+		for _, h := range recs[i].Headers {
+			n += len(h.Value)
+		}
+		nh += len(recs[i].Headers)
 	}
+	buf := make([]byte, 0, n)
+	var hs []runner.Header
+	if nh > 0 {
+		hs = make([]runner.Header, 0, nh)
+	}
+	take := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		i := len(buf)
+		buf = append(buf, b...)
+		return buf[i:len(buf):len(buf)]
+	}
+	for _, r := range recs {
+		r.Key, r.Value = take(r.Key), take(r.Value)
+		if len(r.Headers) > 0 {
+			i := len(hs)
+			for _, h := range r.Headers {
+				// Header keys are strings: franz-go copied them out of
+				// the fetch already.
+				hs = append(hs, runner.Header{Key: h.Key, Value: take(h.Value)})
+			}
+			r.Headers = hs[i:len(hs):len(hs)]
+		}
+		dst = append(dst, r)
+	}
+	return dst
 }
 
 // fatalFetch reports whether a fetch error cannot go away without the
