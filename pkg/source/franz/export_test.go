@@ -106,3 +106,25 @@ func tpsOfBatches(bs []runner.Batch) []runner.TP {
 	}
 	return tps
 }
+
+// SetParkLimit bounds the bytes parked records may take (LimitFetch sets
+// it from FetchLimits).
+func (s *Source) SetParkLimit(n int64) {
+	s.heldMu.Lock()
+	s.parkLimit = n
+	s.heldMu.Unlock()
+}
+
+// ParkedBytes is what the parked records take, counted as park counts it.
+func (s *Source) ParkedBytes() int64 {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	var n int64
+	for _, pp := range s.parked {
+		n += parkedSize(pp.recs)
+	}
+	return n
+}
+
+// ParkedSize is what parking recs costs.
+func ParkedSize(recs []runner.Record) int64 { return parkedSize(recs) }

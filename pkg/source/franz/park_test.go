@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/source/franz"
 )
 
 // overlaps reports whether a and b share memory.
@@ -65,5 +67,77 @@ func TestParkedRecordsOwnTheirMemory(t *testing.T) {
 	}
 	if pinned > 0 {
 		t.Fatalf("the reusable record buffers still hold %d records of the parked poll", pinned)
+	}
+}
+
+// TestParkedBytesBounded: the records the source keeps for partitions the
+// runner paused after it took them from the client are bounded in bytes;
+// what does not fit is dropped and fetched again once the partition is
+// resumed, so every record still arrives once, in order, with the position
+// after the last.
+func TestParkedBytesBounded(t *testing.T) {
+	const per = 400
+	c := newCluster(t)
+	c.topic(t, "t", 2)
+	c.produce(t, "t", 2, per, 10) // before the start: the first poll takes them all
+	src, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// About 40 of these records fit: fewer than partition 0 leaves held
+	// when it is paused after its first hand-over of 5.
+	sample := runner.Record{Topic: "t", Key: []byte("k0-0"), Value: []byte("100"), Headers: []runner.Header{{Key: "i", Value: []byte("100")}}}
+	limit := 40 * franz.ParkedSize([]runner.Record{sample})
+	src.SetParkLimit(limit)
+	p0, p1 := runner.TP{Topic: "t", Partition: 0}, runner.TP{Topic: "t", Partition: 1}
+	sink := &pauseSink{chanSink: chanSink{assigned: make(chan []runner.Assignment, 10), batches: make(chan runner.Batch, 10000)},
+		src: src, tp: p0}
+	runSource(t, src, sink)
+	got := map[runner.TP][]int64{}
+	last := map[runner.TP]int64{}
+	var most int64
+	take := func(d time.Duration, until func() bool) {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		for !until() {
+			most = max(most, src.ParkedBytes())
+			select {
+			case b := <-sink.batches:
+				for _, r := range b.Records {
+					got[b.TP] = append(got[b.TP], r.Offset)
+				}
+				if b.Position >= 0 {
+					last[b.TP] = b.Position
+				}
+			case <-time.After(5 * time.Millisecond):
+			case <-timer.C:
+				return
+			}
+		}
+	}
+	take(15*time.Second, func() bool { return len(got[p1]) == per })
+	take(1500*time.Millisecond, func() bool { return false }) // while partition 0 is paused
+	if len(got[p1]) != per || len(got[p0]) == 0 || len(got[p0]) > 5 {
+		t.Fatalf("before the resume: partition 1 got %d records (want %d), partition 0 %d (want 1 to 5)", len(got[p1]), per, len(got[p0]))
+	}
+	src.Resume([]runner.TP{p0})
+	take(10*time.Second, func() bool { return len(got[p0]) >= per })
+	take(500*time.Millisecond, func() bool { return false })
+	t.Logf("parked at most %d bytes (limit %d)", most, limit)
+	if most > limit {
+		t.Fatalf("parked records took %d bytes, above the limit %d", most, limit)
+	}
+	for _, tp := range []runner.TP{p0, p1} {
+		if len(got[tp]) != per {
+			t.Errorf("%s got %d records, want %d", tp, len(got[tp]), per)
+		}
+		for i, o := range got[tp] {
+			if o != int64(i) {
+				t.Fatalf("%s: record %d has offset %d: lost, repeated or out of order", tp, i, o)
+			}
+		}
+		if last[tp] != per {
+			t.Errorf("%s: last position %d, want %d", tp, last[tp], per)
+		}
 	}
 }

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -107,6 +109,10 @@ type Source struct {
 	orig   []runner.Batch            // this poll's batches, reused once all is handed over
 	parked map[runner.TP]*parkedPart // records of paused partitions from earlier polls
 	out    []runner.Batch            // reused for each hand-over
+	// parkedBytes is what parked holds (parkedSize), at most parkLimit
+	// (LimitFetch; unlimited until then): records of a partition that do
+	// not fit are dropped and fetched again (see park).
+	parkedBytes, parkLimit int64
 
 	// flowMu guards paused (what the runner paused), parkedTPs (the keys of
 	// parked, readable without heldMu), what the client was told
@@ -131,9 +137,13 @@ type Source struct {
 	parkedTPs   map[runner.TP]bool
 	fetchPaused map[runner.TP]bool // paused at the client
 	flowDirty   map[runner.TP]bool // paused, parked or assigned since the last applyFlow
-	pollCancel  context.CancelFunc
-	wake        bool
-	resumed     chan struct{} // capacity 1: a Resume happened
+	// rewind maps partitions whose records park dropped to the offset
+	// the client must fetch them from again (applyRewind, after the next
+	// poll); they stay paused at the client until then.
+	rewind     map[runner.TP]int64
+	pollCancel context.CancelFunc
+	wake       bool
+	resumed    chan struct{} // capacity 1: a Resume happened
 }
 
 // fetchControl is the part of the client that flow control calls: pausing
@@ -148,9 +158,10 @@ type fetchControl interface {
 // poll's buffers (see parkedCopy), with the position after them and the
 // high watermark.
 type parkedPart struct {
-	recs []runner.Record
-	pos  int64
-	hwm  int64
+	recs  []runner.Record
+	pos   int64
+	hwm   int64
+	bytes int64 // parkedSize of everything parked for it, until all is handed over
 }
 
 // ErrClosed is returned by Run after Close.
@@ -206,6 +217,8 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		parkedTPs:   map[runner.TP]bool{},
 		fetchPaused: map[runner.TP]bool{},
 		flowDirty:   map[runner.TP]bool{},
+		rewind:      map[runner.TP]int64{},
+		parkLimit:   math.MaxInt64,
 		resumed:     make(chan struct{}, 1),
 	}
 
@@ -350,6 +363,7 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 		batches, stop, err := s.batches(ctx, fetches)
 		s.heldMu.Lock()
 		s.held, s.orig = append(s.held[:0], batches...), batches
+		s.applyRewind()
 		s.heldMu.Unlock()
 		// Only now, with every record of the poll held (and dropped
 		// there by a revoke or loss before the runner hears of it), may a
@@ -457,6 +471,7 @@ func (s *Source) take(budget int) []runner.Batch {
 			b.Position = pp.pos
 			delete(s.parked, tp)
 			delete(s.parkedTPs, tp)
+			s.parkedBytes -= pp.bytes
 			s.flowDirty[tp] = true // fetched again from the next poll
 		}
 		out = append(out, b)
@@ -487,12 +502,28 @@ func (s *Source) take(budget int) []runner.Batch {
 // poll's buffers into parked, and releases the buffers for the next poll:
 // the copies share no memory with the fetch, so once the runner has copied
 // what it was handed, nothing keeps the fetch's buffers alive.
+//
+// What is parked is bounded by parkLimit. A partition's records that do not
+// fit are dropped, and the client fetches them again from the first of them
+// once the partition is resumed (rewind, applied after the next poll). So
+// the bound never blocks anything: a paused partition waits for the runner
+// to resume it, parked or not, and a resumed one is fetched again; records
+// are never lost or repeated, since the runner saw none of the dropped ones
+// and no position past them.
 func (s *Source) park() {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
 	for i := range s.held {
 		b := &s.held[i]
 		if b.Position < 0 {
+			continue
+		}
+		size := parkedSize(b.Records)
+		if s.parkedBytes+size > s.parkLimit {
+			s.flowMu.Lock()
+			s.rewind[b.TP] = b.Records[0].Offset // size > 0: there are records
+			s.flowDirty[b.TP] = true
+			s.flowMu.Unlock()
 			continue
 		}
 		pp := s.parked[b.TP]
@@ -506,11 +537,51 @@ func (s *Source) park() {
 		}
 		pp.recs = parkedCopy(pp.recs, b.Records)
 		pp.pos, pp.hwm = max(pp.pos, b.Position), max(pp.hwm, b.HighWatermark)
+		pp.bytes += size
+		s.parkedBytes += size
 	}
 	s.reuse(s.orig)
 	clear(s.held)
 	s.held, s.orig = s.held[:0], nil
 	clear(s.out)
+}
+
+// applyRewind sets the fetch position of the partitions whose records park
+// dropped back to the first of them. Run calls it with heldMu held, after a
+// poll and before AllowRebalance: franz-go's SetOffsets must not race a
+// revoke, and the callbacks drop a partition's rewind (dropHeld) under
+// heldMu before anything else.
+func (s *Source) applyRewind() {
+	s.flowMu.Lock()
+	defer s.flowMu.Unlock()
+	if len(s.rewind) == 0 {
+		return
+	}
+	set := make(map[string]map[int32]kgo.EpochOffset)
+	for tp, off := range s.rewind {
+		if set[tp.Topic] == nil {
+			set[tp.Topic] = make(map[int32]kgo.EpochOffset)
+		}
+		// Epoch -1: no truncation check for a position the client had
+		// already reached.
+		set[tp.Topic][tp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: off}
+		s.flowDirty[tp] = true // may be fetched again from the next poll
+	}
+	clear(s.rewind)
+	s.cl.SetOffsets(set)
+}
+
+// parkedSize is what parking recs costs: their keys, values and header
+// values, and their runner.Record and runner.Header structures.
+func parkedSize(recs []runner.Record) int64 {
+	n := int64(len(recs)) * int64(unsafe.Sizeof(runner.Record{}))
+	for i := range recs {
+		n += int64(len(recs[i].Key) + len(recs[i].Value))
+		for _, h := range recs[i].Headers {
+			n += int64(len(h.Value)) + int64(unsafe.Sizeof(runner.Header{}))
+		}
+	}
+	return n
 }
 
 // poll waits for the client's next fetch and takes all of it. A Resume of a
@@ -560,8 +631,12 @@ func (s *Source) dropHeld(tps []runner.TP) {
 	}
 	s.flowMu.Lock()
 	for _, tp := range tps {
+		if pp := s.parked[tp]; pp != nil {
+			s.parkedBytes -= pp.bytes
+		}
 		delete(s.parked, tp)
 		delete(s.parkedTPs, tp)
+		delete(s.rewind, tp)
 		// A new assignment starts unpaused (the runner does not resume
 		// what it revokes or loses while paused).
 		delete(s.paused, tp)
@@ -579,7 +654,8 @@ func (s *Source) dropHeld(tps []runner.TP) {
 func (s *Source) applyFlow() {
 	var pause, resume map[string][]int32
 	for tp := range s.flowDirty {
-		want := s.paused[tp] || s.parkedTPs[tp]
+		_, rewinding := s.rewind[tp]
+		want := s.paused[tp] || s.parkedTPs[tp] || rewinding
 		if want == s.fetchPaused[tp] {
 			continue
 		}
