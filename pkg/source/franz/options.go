@@ -120,13 +120,21 @@ func ServerSideAssignment() Option {
 }
 
 // ClientOptions appends franz-go client options: TLS, SASL, a custom Dialer,
-// client id, fetch sizes, and so on. They override the adapter's
-// overridable defaults (FetchIsolationLevel(ReadCommitted),
-// ConsumeResetOffset(AtStart), FetchMaxWait(500ms), a logger over Logger)
-// but not the settings the adapter depends on, which it applies last:
+// client id, and so on. They override the adapter's overridable defaults
+// (FetchIsolationLevel(ReadCommitted), ConsumeResetOffset(AtStart),
+// FetchMaxWait(500ms), MaxConcurrentFetches(3), a logger over Logger) but
+// not the settings the adapter depends on, which it applies last:
 // SeedBrokers, ConsumerGroup, ConsumeTopics (none until Run), DisableAutoCommit,
 // BlockRebalanceOnPoll, KeepControlRecords, the partition callbacks, and the
-// group options above. kgo.ConsumeRegex is refused by New. Default: none.
+// group options above. kgo.FetchMaxBytes and kgo.FetchMaxPartitionBytes are
+// replaced by the sizes LimitFetch derives from runner.MaxBufferedBytes
+// (runner.New calls it); size fetches through MaxBufferedBytes and
+// runner.RecordShape instead. kgo.MaxConcurrentFetches enters that
+// derivation: each concurrent fetch gets its part of the budget, so a
+// member whose partitions are led by more than three brokers may raise it
+// (smaller fetches each), and one on a single broker may lower it to 1
+// (three times larger fetches). New refuses kgo.ConsumeRegex and a negative
+// (unbounded) kgo.MaxConcurrentFetches. Default: none.
 func ClientOptions(opts ...kgo.Opt) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }

@@ -34,6 +34,11 @@ type Source struct {
 	topics []string
 	log    *slog.Logger
 
+	// fetches is k, the client's MaxConcurrentFetches; limits what
+	// LimitFetch derived from it (nil before).
+	fetches int
+	limits  atomic.Pointer[fetchLimits]
+
 	started   atomic.Bool
 	closing   atomic.Bool
 	closed    chan struct{} // closed by Close before the client is closed
@@ -229,6 +234,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(defaultFetchMaxWait),
+		kgo.MaxConcurrentFetches(defaultConcurrentFetches),
 	}
 	kopts = append(kopts, cfg.clientOpts...)
 	kopts = append(kopts,
@@ -267,6 +273,11 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 	if regex, _ := cl.OptValue(kgo.ConsumeRegex).(bool); regex {
 		cl.Close()
 		return nil, &ConfigError{Option: "ClientOptions", Reason: "kgo.ConsumeRegex is not supported: the source consumes the topics given to New"}
+	}
+	s.fetches, _ = cl.OptValue(kgo.MaxConcurrentFetches).(int)
+	if s.fetches < 0 {
+		cl.Close()
+		return nil, &ConfigError{Option: "ClientOptions", Reason: fmt.Sprintf("kgo.MaxConcurrentFetches(%d) is unbounded: the memory bound (runner.MaxBufferedBytes) needs a limit", s.fetches)}
 	}
 	s.cl, s.fc = cl, cl
 	return s, nil

@@ -1,0 +1,140 @@
+package franz_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/source/franz"
+)
+
+// fetchSizes records the MaxBytes and partition MaxBytes of the fetch
+// requests the cluster gets.
+type fetchSizes struct {
+	mu        sync.Mutex
+	max, part int32
+	seen      int
+}
+
+func observeFetches(c *cluster) *fetchSizes {
+	fs := &fetchSizes{}
+	c.c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.c.KeepControl()
+		req := kreq.(*kmsg.FetchRequest)
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		for _, t := range req.Topics {
+			for _, p := range t.Partitions {
+				fs.max, fs.part = req.MaxBytes, p.PartitionMaxBytes
+				fs.seen++
+			}
+		}
+		return nil, nil, false
+	})
+	return fs
+}
+
+func (fs *fetchSizes) last() (max, part int32, seen int) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.max, fs.part, fs.seen
+}
+
+// TestLimitFetch: the fetch sizes the client sends are derived from the
+// source's share of MaxBufferedBytes and the record shape — FetchMaxBytes =
+// 7/8 of the share / (2k * E), E = 1 + C + C*(sizeof(kgo.Record) +
+// sizeof(runner.Record))/S, the partition's = its byte room / C — and
+// replace the fetch sizes given in ClientOptions.
+func TestLimitFetch(t *testing.T) {
+	structs := float64(unsafe.Sizeof(kgo.Record{}) + unsafe.Sizeof(runner.Record{}))
+	cases := []struct {
+		name   string
+		opts   []kgo.Opt
+		limits runner.FetchLimits
+		k      float64
+	}{
+		{"defaults", nil, runner.FetchLimits{Bytes: 64 << 20, PartitionBytes: 8 << 20, MinRecordBytes: 64, MaxCompression: 4}, 3},
+		{"one fetch", []kgo.Opt{kgo.MaxConcurrentFetches(1)}, runner.FetchLimits{Bytes: 4 << 20, PartitionBytes: 64 << 10, MinRecordBytes: 20, MaxCompression: 2}, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			c.topic(t, "t", 1)
+			c.produce(t, "t", 1, 10, 10)
+			fs := observeFetches(c)
+			opts := append([]kgo.Opt{kgo.FetchMaxBytes(50 << 20), kgo.FetchMaxPartitionBytes(10 << 20)}, tc.opts...)
+			src, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)), franz.ClientOptions(opts...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := src.LimitFetch(tc.limits); err != nil {
+				t.Fatalf("LimitFetch: %v", err)
+			}
+			sink := &chanSink{assigned: make(chan []runner.Assignment, 10), batches: make(chan runner.Batch, 100)}
+			runSource(t, src, sink)
+			waitFor(t, 15*time.Second, "a fetch", func() bool { _, _, n := fs.last(); return n > 0 })
+			l := tc.limits
+			e := 1 + l.MaxCompression + l.MaxCompression*structs/float64(l.MinRecordBytes)
+			wantMax := int32(float64(l.Bytes-l.Bytes/8) / (2 * tc.k * e))
+			wantPart := min(wantMax, int32(float64(l.PartitionBytes)/l.MaxCompression))
+			max, part, _ := fs.last()
+			if max != wantMax || part != wantPart {
+				t.Fatalf("fetch MaxBytes %d, partition %d; want %d and %d (E %.1f, k %g)", max, part, wantMax, wantPart, e, tc.k)
+			}
+		})
+	}
+}
+
+// TestLimitFetchRefuses: a share too small for a 1 KiB fetch, bad limits,
+// limits set after Run, and an unbounded kgo.MaxConcurrentFetches are
+// errors that say what is wrong; runner.New reports the first as a
+// *runner.ConfigError for MaxBufferedBytes.
+func TestLimitFetchRefuses(t *testing.T) {
+	shape := runner.FetchLimits{Bytes: 64 << 20, PartitionBytes: 8 << 20, MinRecordBytes: 64, MaxCompression: 4}
+	small := shape
+	small.Bytes = 64 << 10
+	src := benchSourceT(t)
+	if err := src.LimitFetch(small); err == nil || !strings.Contains(err.Error(), "raise MaxBufferedBytes") {
+		t.Errorf("LimitFetch with a 64 KiB share: %v, want an error saying to raise MaxBufferedBytes", err)
+	}
+	bad := shape
+	bad.MinRecordBytes = 0
+	if err := src.LimitFetch(bad); err == nil {
+		t.Error("LimitFetch accepted records of 0 bytes")
+	}
+	_, err := runner.New(src, runner.Handle("t", func(context.Context, runner.Record) error { return nil }),
+		runner.MaxBufferedBytes(16<<20), runner.ByteWaterMarks(1<<20, 512<<10), runner.RecordShape(1, 100))
+	var ce *runner.ConfigError
+	if !errors.As(err, &ce) || ce.Option != "MaxBufferedBytes" {
+		t.Errorf("runner.New with a share too small for the record shape: %v, want a *runner.ConfigError for MaxBufferedBytes", err)
+	}
+	_, err = franz.New([]string{"127.0.0.1:1"}, "g", []string{"t"}, franz.Logger(testLogger(t)), franz.ClientOptions(kgo.MaxConcurrentFetches(-1)))
+	if !errors.As(err, new(*franz.ConfigError)) || !strings.Contains(err.Error(), "MaxConcurrentFetches") {
+		t.Errorf("New with unbounded concurrent fetches: %v, want a *ConfigError naming MaxConcurrentFetches", err)
+	}
+
+	c := newCluster(t)
+	c.topic(t, "t", 1)
+	run, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &chanSink{assigned: make(chan []runner.Assignment, 10), batches: make(chan runner.Batch, 100)}
+	runSource(t, run, sink)
+	select {
+	case <-sink.assigned:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no assignment")
+	}
+	if err := run.LimitFetch(shape); err == nil {
+		t.Error("LimitFetch after Run succeeded")
+	}
+}
