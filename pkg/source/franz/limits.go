@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -107,4 +108,49 @@ func (s *Source) LimitFetch(l runner.FetchLimits) error {
 type fetchLimits struct {
 	maxBytes, partBytes int32
 	expansion           float64
+}
+
+// batchHeaderBytes is a v2 record batch's header on the wire, which
+// kgo.FetchBatchMetrics leaves out of CompressedBytes.
+const batchHeaderBytes = 61
+
+// expansionHook watches what each fetched batch costs in memory per byte
+// fetched (kgo.HookFetchBatchRead, on the client's fetch goroutines) and
+// lowers the fetch sizes when a batch expands more than LimitFetch assumed
+// — its records are smaller, or compressed more, than runner.RecordShape
+// states — so that later fetches keep the bound with the expansion seen.
+// It only ever lowers them: raising them on larger records would break the
+// bound when small ones come back, within the stated shape. It logs the
+// first time.
+type expansionHook struct{ s *Source }
+
+func (h expansionHook) OnFetchBatchRead(_ kgo.BrokerMetadata, topic string, partition int32, m kgo.FetchBatchMetrics) {
+	l := h.s.limits.Load()
+	if l == nil || m.NumRecords == 0 || m.CompressedBytes <= 0 {
+		return
+	}
+	mem := float64(m.CompressedBytes) + float64(int64(m.NumRecords)*recordStructs)
+	if m.CompressionType != 0 {
+		mem += float64(m.UncompressedBytes)
+	}
+	e := mem / float64(m.CompressedBytes+batchHeaderBytes)
+	if e <= l.expansion {
+		return
+	}
+	scale := l.expansion / e
+	lower := &fetchLimits{
+		maxBytes:  max(int32(float64(l.maxBytes)*scale), minFetchBytes),
+		partBytes: max(int32(float64(l.partBytes)*scale), minFetchBytes),
+		expansion: e,
+	}
+	lower.partBytes = min(lower.partBytes, lower.maxBytes)
+	if !h.s.limits.CompareAndSwap(l, lower) {
+		return // another batch lowered them meanwhile; the next one checks again
+	}
+	h.s.cl.UpdateFetchMaxBytes(lower.maxBytes, lower.partBytes)
+	if h.s.lowered.CompareAndSwap(false, true) {
+		h.s.log.Warn("fetched records are smaller, or compressed more, than runner.RecordShape states; fetch sizes lowered to keep the memory bound (logged once)",
+			"partition", topic+"/"+strconv.Itoa(int(partition)), "records", m.NumRecords, "bytes", m.CompressedBytes,
+			"uncompressed_bytes", m.UncompressedBytes, "expansion", math.Round(e*10)/10, "fetch_max_bytes", lower.maxBytes)
+	}
 }

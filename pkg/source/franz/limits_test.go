@@ -19,9 +19,9 @@ import (
 // fetchSizes records the MaxBytes and partition MaxBytes of the fetch
 // requests the cluster gets.
 type fetchSizes struct {
-	mu        sync.Mutex
-	max, part int32
-	seen      int
+	mu               sync.Mutex
+	first, max, part int32
+	seen             int
 }
 
 func observeFetches(c *cluster) *fetchSizes {
@@ -31,15 +31,29 @@ func observeFetches(c *cluster) *fetchSizes {
 		req := kreq.(*kmsg.FetchRequest)
 		fs.mu.Lock()
 		defer fs.mu.Unlock()
+		if len(req.Topics) == 0 && fs.seen == 0 {
+			return nil, nil, false // nothing assigned yet
+		}
+		// An incremental fetch (KIP-227) names only changed partitions.
+		if fs.seen == 0 {
+			fs.first = req.MaxBytes
+		}
+		fs.max = req.MaxBytes
+		fs.seen++
 		for _, t := range req.Topics {
 			for _, p := range t.Partitions {
-				fs.max, fs.part = req.MaxBytes, p.PartitionMaxBytes
-				fs.seen++
+				fs.part = p.PartitionMaxBytes
 			}
 		}
 		return nil, nil, false
 	})
 	return fs
+}
+
+func (fs *fetchSizes) firstMax() int32 {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.first
 }
 
 func (fs *fetchSizes) last() (max, part int32, seen int) {
@@ -136,5 +150,38 @@ func TestLimitFetchRefuses(t *testing.T) {
 	}
 	if err := run.LimitFetch(shape); err == nil {
 		t.Error("LimitFetch after Run succeeded")
+	}
+}
+
+// TestFetchLoweredForSmallerRecords: when fetched batches expand more than
+// the stated record shape allows (records smaller than stated), later
+// fetches are made smaller in proportion, so the bound holds with the
+// expansion seen; fetches are never made larger than LimitFetch set.
+func TestFetchLoweredForSmallerRecords(t *testing.T) {
+	c := newCluster(t)
+	c.topic(t, "t", 1)
+	c.produce(t, "t", 1, 100, 10) // records of about 10 bytes
+	fs := observeFetches(c)
+	src, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Records of at least 10,000 bytes, uncompressed: E is about 2.
+	if err := src.LimitFetch(runner.FetchLimits{Bytes: 8 << 20, PartitionBytes: 1 << 20, MinRecordBytes: 10000, MaxCompression: 1}); err != nil {
+		t.Fatal(err)
+	}
+	sink := &chanSink{assigned: make(chan []runner.Assignment, 10), batches: make(chan runner.Batch, 100)}
+	runSource(t, src, sink)
+	waitFor(t, 15*time.Second, "a fetch", func() bool { _, _, n := fs.last(); return n > 0 })
+	first := fs.firstMax()
+	got := map[runner.TP][]int64{}
+	takeBatches(sink.batches, got, 10*time.Second, func() bool { return len(got[runner.TP{Topic: "t"}]) == 100 }, func(runner.Batch) {})
+	c.produce(t, "t", 1, 1, 1) // ends the fetch that may be waiting with the old size
+	waitFor(t, 10*time.Second, "a smaller fetch", func() bool { max, _, _ := fs.last(); return max < first })
+	max, part, _ := fs.last()
+	// About 100 records of 10 bytes in one batch: (1,000 + 100 * 296) /
+	// (1,000 + 61), some 14 times the stated 2.
+	if max > first/5 || part > max {
+		t.Fatalf("fetch MaxBytes %d (partition %d) after small records; want at most a fifth of the first %d", max, part, first)
 	}
 }

@@ -38,6 +38,7 @@ type Source struct {
 	// LimitFetch derived from it (nil before).
 	fetches int
 	limits  atomic.Pointer[fetchLimits]
+	lowered atomic.Bool // expansionHook lowered the limits (and logged it)
 
 	started   atomic.Bool
 	closing   atomic.Bool
@@ -259,6 +260,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		kgo.OnPartitionsAssigned(s.onAssigned),
 		kgo.OnPartitionsRevoked(s.onRevoked),
 		kgo.OnPartitionsLost(s.onLost),
+		kgo.WithHooks(expansionHook{s}),
 	)
 	if cfg.instanceSet {
 		kopts = append(kopts, kgo.InstanceID(cfg.instanceID))
