@@ -554,9 +554,12 @@ func (s *Source) park() {
 		s.parkedBytes += size
 	}
 	s.reuse(s.orig)
-	clear(s.held)
+	// Whole arrays, not only up to len: entries past it, from earlier
+	// polls with more partitions, would keep their records and so their
+	// fetches alive.
+	clear(s.held[:cap(s.held)])
 	s.held, s.orig = s.held[:0], nil
-	clear(s.out)
+	clear(s.out[:cap(s.out)])
 }
 
 // applyRewind sets the fetch position of the partitions whose records park
@@ -753,7 +756,14 @@ func (s *Source) batches(ctx context.Context, fetches kgo.Fetches) (out []runner
 			}
 			i = len(out)
 			idx[tp] = i
-			out = append(out, runner.Batch{TP: tp, Position: -1, HighWatermark: -1, Records: s.recordBuf()})
+			// A buffer of about the records' size: one far larger would
+			// hold more than the memory bound counts (two polls' worth
+			// of runner.Records at most, see LimitFetch).
+			buf, need := s.recordBuf(), len(p.Records)
+			if cap(buf) < need || cap(buf) > 2*need {
+				buf = make([]runner.Record, 0, need)
+			}
+			out = append(out, runner.Batch{TP: tp, Position: -1, HighWatermark: -1, Records: buf})
 		}
 		b := &out[i]
 		b.HighWatermark = max(b.HighWatermark, p.HighWatermark)
@@ -767,6 +777,13 @@ func (s *Source) batches(ctx context.Context, fetches kgo.Fetches) (out []runner
 			b.Records = append(b.Records, record(r))
 		}
 	})
+	if len(out) > 0 {
+		// Buffers this poll did not need are dropped: kept, they would
+		// hold the records of two polls. (A poll with no records, woken
+		// by a resume, keeps them for the next.)
+		clear(s.recBufs)
+		s.recBufs = s.recBufs[:0]
+	}
 	return out, false, nil
 }
 
@@ -774,6 +791,7 @@ func (s *Source) batches(ctx context.Context, fetches kgo.Fetches) (out []runner
 func (s *Source) recordBuf() []runner.Record {
 	if n := len(s.recBufs); n > 0 {
 		b := s.recBufs[n-1]
+		s.recBufs[n-1] = nil // not kept alive past len
 		s.recBufs = s.recBufs[:n-1]
 		return b
 	}
@@ -783,10 +801,14 @@ func (s *Source) recordBuf() []runner.Record {
 // reuse keeps the batches' record buffers for the next poll once the runner
 // has copied their records, cleared: their records point into the fetch's
 // buffers, which must not stay alive while the client fetches the next
-// (the memory bound counts one poll in hand, see LimitFetch).
+// (the memory bound counts one poll in hand, see LimitFetch). A buffer
+// this poll filled less than half is dropped, and the next poll drops those
+// it does not use (batches), so that what is kept stays within twice one
+// poll's records: buffers grown by earlier, larger polls would otherwise
+// pile up.
 func (s *Source) reuse(batches []runner.Batch) {
 	for _, b := range batches {
-		if cap(b.Records) > 0 {
+		if cap(b.Records) > 0 && cap(b.Records) <= 2*len(b.Records) {
 			clear(b.Records)
 			s.recBufs = append(s.recBufs, b.Records[:0])
 		}
@@ -806,6 +828,7 @@ func parkedCopy(dst, recs []runner.Record) []runner.Record {
 		}
 		nh += len(recs[i].Headers)
 	}
+	dst = slices.Grow(dst, len(recs)) // no more than parkedSize counts
 	buf := make([]byte, 0, n)
 	var hs []runner.Header
 	if nh > 0 {
