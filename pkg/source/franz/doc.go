@@ -33,6 +33,14 @@
 //     delivered: they move the committed offset to the end of the partition,
 //     so lag reaches zero. Records of aborted transactions are never
 //     delivered (read_committed).
+//   - What the source holds for fetched records stays within its share of
+//     runner.MaxBufferedBytes, for records of the shape runner.RecordShape
+//     states: runner.New calls LimitFetch, which sets the client's fetch
+//     sizes from them (replacing kgo.FetchMaxBytes and
+//     kgo.FetchMaxPartitionBytes given in ClientOptions). Each of the
+//     client's concurrent fetches (kgo.MaxConcurrentFetches, default 3) gets
+//     its part; on a single broker, 1 gives three times larger fetches.
+//     docs/adapters.md has the formula.
 //   - ServerSideAssignment turns on the KIP-848 protocol (the broker
 //     assigns). It needs Kafka 4.0+, and franz-go recommends 4.3+ (earlier
 //     brokers can fail a commit with STALE_MEMBER_EPOCH during
