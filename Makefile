@@ -83,7 +83,7 @@ integration:
 	set -x; \
 	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration \
 		$$($(GO) list -tags integration $(INTEGRATION_PKGS) | grep -vx '.*/integration/chaos'); \
-	$(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '^TestBoundedMemory$$' ./integration/; \
+	$(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '^(TestBoundedMemory|TestFranzSourceMemory)$$' ./integration/; \
 	if [ "$(CHAOS)" != 0 ]; then \
 		TIDEMARK_CHAOS_DURATION=$${TIDEMARK_CHAOS_DURATION:-$(CHAOS_DURATION)} \
 			$(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout $(INTEGRATION_TIMEOUT) -tags integration $(CHAOS_PKG); \
