@@ -1,16 +1,13 @@
 package kafkago
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
 	kafka "github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
 	fetchapi "github.com/segmentio/kafka-go/protocol/fetch"
 
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -23,10 +20,11 @@ import (
 // the records of aborted transactions and the transaction markers
 // themselves as messages (the broker sends both; filtering them is the
 // client's job). kafka.Client.Fetch skips control batches but drops the
-// response's list of aborted transactions. So each fetcher sends a
-// protocol/fetch request through a kafka.Transport (which routes it to the
-// partition's leader) and filters the answer as the Java consumer does; see
-// decode.
+// response's list of aborted transactions, and every kafka-go decoder drops
+// a batch's last offset. So each fetcher sends its own fetch request
+// through a kafka.Transport (which routes it to the partition's leader) and
+// reads and filters the answer itself, as the Java consumer does; see
+// wire.go and decode.
 
 // fetcher fetches one partition for one generation. Its goroutine owns next
 // and held; Pause and Resume touch only paused and wake.
@@ -96,10 +94,11 @@ func (f *fetcher) run(ctx context.Context, sink runner.Sink) error {
 				sleep(ctx, backoff(failures))
 				continue
 			case !progress:
-				// The answer had batches but nothing at or after next:
-				// the rest of a batch whose last records were compacted
-				// away (kafka-go does not expose a batch's last offset).
-				// Wait rather than ask again at once.
+				// The answer held record bytes but no whole batch ending at
+				// or after next: a broker that does not send an oversized
+				// first batch whole (KIP-74). Asking again at once would
+				// spin.
+				log.Warn("fetch answer moved nothing; retrying after MaxWait", "offset", f.next, "fetch_bytes", f.s.cfg.maxBytes)
 				sleep(ctx, f.s.cfg.maxWait)
 				continue
 			}
@@ -160,66 +159,73 @@ func (f *fetcher) handOver(ctx context.Context, sink runner.Sink) error {
 }
 
 // fetch sends one fetch request at next. It returns what is new (nil if
-// nothing), and progress false when the answer had record batches but none
-// of them moved the position.
+// nothing), and progress false when the answer had record bytes that did
+// not move the position.
 func (f *fetcher) fetch(ctx context.Context) (*held, bool, error) {
 	s := f.s
-	req := &fetchapi.Request{
-		ReplicaID:      -1,
-		MaxWaitTime:    int32(s.cfg.maxWait / time.Millisecond),
-		MinBytes:       int32(s.cfg.minBytes),
-		MaxBytes:       int32(s.cfg.maxBytes),
-		IsolationLevel: int8(kafka.ReadCommitted),
-		// A full fetch outside any fetch session (KIP-227), as
-		// kafka.Client.Fetch sends it.
-		SessionID:    -1,
-		SessionEpoch: -1,
-		Topics: []fetchapi.RequestTopic{{
-			Topic: f.tp.Topic,
-			Partitions: []fetchapi.RequestPartition{{
-				Partition:          f.tp.Partition,
-				CurrentLeaderEpoch: -1,
-				FetchOffset:        f.next,
-				LogStartOffset:     -1,
-				PartitionMaxBytes:  int32(s.cfg.maxBytes),
+	call := &fetchCall{
+		clientID: s.cfg.dialer.ClientID,
+		req: fetchapi.Request{
+			ReplicaID:      -1,
+			MaxWaitTime:    int32(s.cfg.maxWait / time.Millisecond),
+			MinBytes:       int32(s.cfg.minBytes),
+			MaxBytes:       int32(s.cfg.maxBytes),
+			IsolationLevel: int8(kafka.ReadCommitted),
+			// A full fetch outside any fetch session (KIP-227), as
+			// kafka.Client.Fetch sends it.
+			SessionID:    -1,
+			SessionEpoch: -1,
+			Topics: []fetchapi.RequestTopic{{
+				Topic: f.tp.Topic,
+				Partitions: []fetchapi.RequestPartition{{
+					Partition:          f.tp.Partition,
+					CurrentLeaderEpoch: -1,
+					FetchOffset:        f.next,
+					LogStartOffset:     -1,
+					PartitionMaxBytes:  int32(s.cfg.maxBytes),
+				}},
 			}},
-		}},
+		},
 	}
-	m, err := s.tr.RoundTrip(ctx, s.addr, req)
+	m, err := s.tr.RoundTrip(ctx, s.addr, call)
 	if err != nil {
 		return nil, true, err
 	}
-	resp, ok := m.(*fetchapi.Response)
-	if !ok {
+	c, ok := m.(*fetchCall)
+	if !ok || c.answer == nil {
 		return nil, true, fmt.Errorf("kafkago: fetch answered with %T", m)
 	}
-	if resp.ErrorCode != 0 {
-		return nil, true, kafka.Error(resp.ErrorCode)
+	a := c.answer
+	if a.errorCode != 0 {
+		return nil, true, kafka.Error(a.errorCode)
 	}
-	var part *fetchapi.ResponsePartition
-	for i := range resp.Topics {
-		t := &resp.Topics[i]
-		for j := range t.Partitions {
-			if t.Topic == f.tp.Topic && t.Partitions[j].Partition == f.tp.Partition {
-				part = &t.Partitions[j]
-			}
+	var part *answerPartition
+	for i := range a.partitions {
+		if p := &a.partitions[i]; p.topic == f.tp.Topic && p.partition == f.tp.Partition {
+			part = p
 		}
 	}
 	if part == nil {
 		return nil, true, errors.New("kafkago: the fetch answer does not include the partition")
 	}
-	if part.ErrorCode != 0 {
-		err := kafka.Error(part.ErrorCode)
+	if part.errorCode != 0 {
+		err := kafka.Error(part.errorCode)
 		if errors.Is(err, kafka.OffsetOutOfRange) {
 			return nil, true, f.outOfRange(ctx)
 		}
 		return nil, true, err
 	}
-	recs, end, batches := decode(f.tp, part, f.next)
-	if end == f.next {
-		return nil, batches == 0, nil
+	d, err := decode(f.tp, part.records, part.aborted, f.next)
+	if err != nil {
+		return nil, true, err
 	}
-	return &held{recs: recs, end: end, hwm: part.HighWatermark}, true, nil
+	if d.end == f.next {
+		// Every whole batch ends at or after the offset asked for, so
+		// only an answer with no whole batch leaves the position where
+		// it was.
+		return nil, len(part.records) == 0, nil
+	}
+	return &held{recs: d.recs, end: d.end, hwm: part.highWatermark}, true, nil
 }
 
 // outOfRange handles OFFSET_OUT_OF_RANGE: below the log start (retention
@@ -238,116 +244,6 @@ func (f *fetcher) outOfRange(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("kafkago: offset %d beyond the end of %s: %w", f.next, f.tp, kafka.OffsetOutOfRange)
-}
-
-// decode turns one partition's fetch answer into the records to deliver,
-// read_committed: it drops control batches (transaction markers) and the
-// batches of aborted transactions, as the Java consumer does, and skips
-// records before from (a batch can start before the offset asked for). end
-// is the next fetch offset: past every record and marker seen, so it moves
-// over markers and aborted records and the committed offset can reach the
-// end of a transactional partition. batches counts the record batches
-// seen.
-func decode(tp runner.TP, part *fetchapi.ResponsePartition, from int64) (recs []runner.Record, end int64, batches int) {
-	end = from
-	if part.RecordSet.Records == nil {
-		return nil, end, 0
-	}
-	var readers []protocol.RecordReader
-	if st, ok := part.RecordSet.Records.(*protocol.RecordStream); ok {
-		readers = st.Records
-	} else {
-		readers = []protocol.RecordReader{part.RecordSet.Records}
-	}
-	aborted := slices.Clone(part.AbortedTransactions)
-	slices.SortFunc(aborted, func(a, b fetchapi.ResponseTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
-	abortedPIDs := map[int64]bool{}
-	for _, rr := range readers {
-		batches++
-		switch b := rr.(type) {
-		case *protocol.ControlBatch:
-			cr, err := b.ReadControlRecord()
-			if err != nil {
-				end = max(end, b.BaseOffset+1)
-				continue
-			}
-			end = max(end, cr.Offset+1)
-			// Type 0 is ABORT: the producer's aborted transaction ends
-			// here; its later batches are live again.
-			if cr.Type == 0 {
-				delete(abortedPIDs, b.ProducerID)
-			}
-		case *protocol.RecordBatch:
-			batch := readAll(tp, b, b.PartitionLeaderEpoch)
-			last := b.BaseOffset
-			if n := len(batch); n > 0 {
-				last = batch[n-1].Offset
-			}
-			for len(aborted) > 0 && aborted[0].FirstOffset <= last {
-				abortedPIDs[aborted[0].ProducerID] = true
-				aborted = aborted[1:]
-			}
-			skip := b.Attributes.Transactional() && abortedPIDs[b.ProducerID]
-			for _, r := range batch {
-				end = max(end, r.Offset+1)
-				if !skip && r.Offset >= from {
-					recs = append(recs, r)
-				}
-			}
-		default:
-			// Magic v0/v1 message sets: no transactions.
-			for _, r := range readAll(tp, rr, -1) {
-				end = max(end, r.Offset+1)
-				if r.Offset >= from {
-					recs = append(recs, r)
-				}
-			}
-		}
-	}
-	return recs, end, batches
-}
-
-// readAll reads every record of one batch, copying keys, values and headers
-// out of kafka-go's pooled buffers.
-func readAll(tp runner.TP, rr protocol.RecordReader, leaderEpoch int32) []runner.Record {
-	var out []runner.Record
-	for {
-		r, err := rr.ReadRecord()
-		if err != nil {
-			// io.EOF, or a batch cut short (the answer hit MaxBytes): its
-			// missing records come again with the next fetch.
-			return out
-		}
-		rec := runner.Record{
-			Topic:       tp.Topic,
-			Partition:   tp.Partition,
-			Offset:      r.Offset,
-			Key:         bytesOf(r.Key),
-			Value:       bytesOf(r.Value),
-			Timestamp:   r.Time,
-			LeaderEpoch: leaderEpoch,
-		}
-		if len(r.Headers) > 0 {
-			rec.Headers = make([]runner.Header, len(r.Headers))
-			for i, h := range r.Headers {
-				rec.Headers[i] = runner.Header{Key: h.Key, Value: h.Value}
-			}
-		}
-		out = append(out, rec)
-	}
-}
-
-// bytesOf copies b (nil for a null key or value) and releases it.
-func bytesOf(b protocol.Bytes) []byte {
-	if b == nil {
-		return nil
-	}
-	defer b.Close()
-	out, err := protocol.ReadAll(b)
-	if err != nil {
-		return nil
-	}
-	return out
 }
 
 // fatalFetch reports whether a fetch error cannot go away without the
