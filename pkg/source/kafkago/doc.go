@@ -47,10 +47,13 @@
 //     moves past them and past each batch's last offset, so the committed
 //     offset reaches the end of a transactional partition, and of a
 //     compacted one whose batches lost their last records (lag 0).
-//   - Pause stops handing a partition to the runner and drops what its
-//     fetcher holds; Resume fetches again from the offset after the last
-//     record handed over. Beyond the runner's water marks the adapter holds
-//     at most one fetch (MaxBytes) per partition.
+//   - Each partition has one fetch at a time: its fetcher fetches again
+//     once the runner took all of the last one. What the fetchers bring
+//     waits in one queue, and each hand-over to the runner carries as many
+//     partitions as the runner's budget covers. Pause stops handing a
+//     partition over and fetching it; what its fetcher holds is kept, and
+//     Resume hands it over first. Beyond the runner's water marks the
+//     adapter holds at most one fetch (MaxBytes) per partition.
 //   - A committed offset that fell out of the log (retention) restarts at
 //     the log start, logged at error level; StartOffset applies only to
 //     partitions with no committed offset.
@@ -67,7 +70,7 @@
 //	during a rebalance             only moved partitions stop   the whole group stops
 //	heartbeats during a drain      yes (drain ≤ Rebalance/2)    no (drain bounded as above)
 //	static membership (KIP-345)    yes (InstanceID)             no
-//	pause                          PauseFetchPartitions         the fetcher stops
+//	pause                          PauseFetchPartitions         the fetcher stops, keeps its fetch
 //	lost session reported          on a heartbeat error         on a refused commit
 //	transactions (read_committed)  yes, lag reaches 0           yes, lag reaches 0
 //	compacted batches' tails       lag reaches 0                lag reaches 0

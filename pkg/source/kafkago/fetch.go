@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	kafka "github.com/segmentio/kafka-go"
@@ -26,17 +25,24 @@ import (
 // reads and filters the answer itself, as the Java consumer does; see
 // wire.go and decode.
 
-// fetcher fetches one partition for one generation. Its goroutine owns next
-// and held; Pause and Resume touch only paused and wake.
+// fetcher fetches one partition for one generation and queues what it
+// fetched for the generation's hand-over (handover.go), one fetch at a
+// time: it fetches again once the runner took every record of the last.
 type fetcher struct {
 	s  *Source
+	h  *handover
 	tp runner.TP
 
 	next int64 // the offset after everything handed to the runner
 	held *held // fetched, not yet handed over (at most one fetch's worth)
 
-	paused atomic.Bool
-	wake   chan struct{} // capacity 1: a Resume happened
+	// Guarded by handover.mu.
+	paused       bool
+	state        int
+	qprev, qnext *fetcher
+
+	wake  chan struct{} // capacity 1: a Resume happened
+	taken chan struct{} // capacity 1: the hand-over took every held record
 }
 
 // held is the part of one fetch the runner has not taken yet.
@@ -46,114 +52,48 @@ type held struct {
 	hwm  int64
 }
 
-func newFetcher(s *Source, tp runner.TP, start int64) *fetcher {
-	return &fetcher{s: s, tp: tp, next: start, wake: make(chan struct{}, 1)}
+func newFetcher(s *Source, h *handover, tp runner.TP, start int64) *fetcher {
+	return &fetcher{s: s, h: h, tp: tp, next: start, wake: make(chan struct{}, 1), taken: make(chan struct{}, 1)}
 }
 
-func (f *fetcher) pause() { f.paused.Store(true) }
-
-func (f *fetcher) resume() {
-	f.paused.Store(false)
-	select {
-	case f.wake <- struct{}{}:
-	default:
-	}
-}
-
-// errSinkStopped ends a fetcher once the runner is stopping.
-var errSinkStopped = errors.New("kafkago: runner stopping")
-
-// run fetches and hands over until ctx is done. It returns nil then, or when
-// the runner is stopping, and a *FetchError for a fatal fetch error.
-func (f *fetcher) run(ctx context.Context, sink runner.Sink) error {
+// run fetches and queues until ctx is done or the hand-over stopped. It
+// returns nil then, and a *FetchError for a fatal fetch error.
+func (f *fetcher) run(ctx context.Context) error {
 	log := f.s.log.With("partition", f.tp.String())
 	failures := 0
 	for ctx.Err() == nil {
-		if f.paused.Load() {
-			// Drop what we hold: resuming fetches again from next, the
-			// offset after the last record the runner took.
-			f.held = nil
-			select {
-			case <-f.wake:
-			case <-ctx.Done():
-			}
-			continue
-		}
-		if f.held == nil {
-			h, progress, err := f.fetch(ctx)
-			switch {
-			case err != nil:
-				if ctx.Err() != nil {
-					return nil
-				}
-				if fatalFetch(err) {
-					return &FetchError{TP: f.tp, Err: err}
-				}
-				failures++
-				log.Warn("fetch failed; retrying", "offset", f.next, "attempt", failures, "err", err)
-				sleep(ctx, backoff(failures))
-				continue
-			case !progress:
-				// The answer held record bytes but no whole batch ending at
-				// or after next: a broker that does not send an oversized
-				// first batch whole (KIP-74). Asking again at once would
-				// spin.
-				log.Warn("fetch answer moved nothing; retrying after MaxWait", "offset", f.next, "fetch_bytes", f.s.cfg.maxBytes)
-				sleep(ctx, f.s.cfg.maxWait)
-				continue
-			}
-			failures = 0
-			if h == nil {
-				continue // the long poll ended with nothing new
-			}
-			f.held = h
-		}
-		if err := f.handOver(ctx, sink); err != nil {
-			if errors.Is(err, errSinkStopped) || ctx.Err() != nil {
-				return nil
-			}
-			// The sink never fails otherwise; stop this partition loudly.
-			log.Error("runner refused records; fetching stops for this partition", "err", err)
+		if !f.h.waitUnpaused(ctx, f) {
 			return nil
 		}
-	}
-	return nil
-}
-
-// handOver gives the runner what the fetcher holds, at most the budget the
-// runner returned last time. Hand-overs of every fetcher are serialized by
-// handMu: the budget is for the next hand-over, whichever partition it is
-// for, and the runner's answer to one must be known before the next.
-func (f *fetcher) handOver(ctx context.Context, sink runner.Sink) error {
-	s := f.s
-	s.handMu.Lock()
-	defer s.handMu.Unlock()
-	// Checked under handMu: a Pause the runner made while answering the
-	// previous hand-over is seen here.
-	if f.paused.Load() || ctx.Err() != nil {
-		return nil
-	}
-	h := f.held
-	b := runner.Batch{TP: f.tp, Records: h.recs, Position: h.end, HighWatermark: h.hwm}
-	if n := s.budget; len(h.recs) > n {
-		b.Records = h.recs[:n]
-		b.Position = h.recs[n-1].Offset + 1
-	}
-	budget, err := sink.Fetched(ctx, []runner.Batch{b})
-	if err != nil {
-		if errors.Is(err, runner.ErrStopped) {
-			return errSinkStopped
+		h, progress, err := f.fetch(ctx)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil
+			}
+			if fatalFetch(err) {
+				return &FetchError{TP: f.tp, Err: err}
+			}
+			failures++
+			log.Warn("fetch failed; retrying", "offset", f.next, "attempt", failures, "err", err)
+			sleep(ctx, backoff(failures))
+			continue
+		case !progress:
+			// The answer held record bytes but no whole batch ending at
+			// or after next: a broker that does not send an oversized
+			// first batch whole (KIP-74). Asking again at once would
+			// spin.
+			log.Warn("fetch answer moved nothing; retrying after MaxWait", "offset", f.next, "fetch_bytes", f.s.cfg.maxBytes)
+			sleep(ctx, f.s.cfg.maxWait)
+			continue
 		}
-		// ctx ended before the runner took the records: nothing was
-		// delivered; the fetcher is stopping.
-		return err
-	}
-	s.budget = max(budget, 1)
-	f.next = b.Position
-	if rest := h.recs[len(b.Records):]; len(rest) > 0 {
-		h.recs = rest
-	} else {
-		f.held = nil
+		failures = 0
+		if h == nil {
+			continue // the long poll ended with nothing new
+		}
+		if !f.h.offer(ctx, f, h) {
+			return nil
+		}
 	}
 	return nil
 }

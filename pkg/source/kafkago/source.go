@@ -56,9 +56,9 @@ type Source struct {
 	// offset never lands after a newer one.
 	commitSlot chan struct{}
 
-	// handMu serializes the fetchers' hand-overs to the runner and guards
-	// budget, the most records the next hand-over may carry.
-	handMu sync.Mutex
+	// budget is the most records the next hand-over may carry: the
+	// runner's last answer. Run sets it before the first generation; then
+	// only the current generation's hand-over goroutine uses it.
 	budget int
 }
 
@@ -68,6 +68,7 @@ type generation struct {
 	kg       *kafka.Generation
 	tps      []runner.TP
 	fetchers map[runner.TP]*fetcher
+	handover *handover
 
 	// active is true from just before the runner is told of the
 	// assignment until the revoke or loss: commits are sent only then.
@@ -248,9 +249,7 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 		}
 		return fmt.Errorf("kafkago: asking the runner for a budget: %w", err)
 	}
-	s.handMu.Lock()
 	s.budget = max(n, 1)
-	s.handMu.Unlock()
 
 	s.mu.Lock()
 	if s.closing {
@@ -334,10 +333,11 @@ func (s *Source) generation(ctx, gctx context.Context, sink runner.Sink, kg *kaf
 		return err
 	}
 
-	g := &generation{kg: kg, tps: tps, fetchers: make(map[runner.TP]*fetcher, len(tps)), fenced: make(chan struct{})}
+	g := &generation{kg: kg, tps: tps, fetchers: make(map[runner.TP]*fetcher, len(tps)), fenced: make(chan struct{}),
+		handover: newHandover(s, sink)}
 	as := make([]runner.Assignment, len(tps))
 	for i, tp := range tps {
-		g.fetchers[tp] = newFetcher(s, tp, starts[tp])
+		g.fetchers[tp] = newFetcher(s, g.handover, tp, starts[tp])
 		as[i] = runner.Assignment{TP: tp, Start: starts[tp], Generation: kg.ID, Member: kg.MemberID}
 	}
 	s.ownMu.Lock()
@@ -357,10 +357,11 @@ func (s *Source) generation(ctx, gctx context.Context, sink runner.Sink, kg *kaf
 	// assignment that is over. Nothing is assigned then.
 	switch err := sink.Assigned(lctx, as); {
 	case err == nil:
+		wg.Go(func() { g.handover.run(fctx) })
 		for _, tp := range tps {
 			f := g.fetchers[tp]
 			wg.Go(func() {
-				if err := f.run(fctx, sink); err != nil {
+				if err := f.run(fctx); err != nil {
 					fatal <- err
 				}
 			})
@@ -541,37 +542,30 @@ func benign(ctx context.Context, err error) bool {
 	return err == nil || errors.Is(err, runner.ErrStopped) || ctx.Err() != nil
 }
 
-// Pause stops handing tps to the runner and drops what their fetchers hold
-// (a fetch in flight is dropped when it returns); Resume fetches again from
-// the offset after the last record handed over. It does not block.
-func (s *Source) Pause(tps []runner.TP) {
-	for _, f := range s.fetchersOf(tps) {
-		f.pause()
-	}
-}
+// Pause stops handing tps to the runner and fetching them once their
+// fetchers' current fetch is in: what a fetcher holds is kept, not fetched
+// again. It does not block; its cost is in the number of partitions given,
+// not assigned.
+func (s *Source) Pause(tps []runner.TP) { s.setPaused(tps, true) }
 
-// Resume lets tps be fetched and handed to the runner again. It does not
-// block.
-func (s *Source) Resume(tps []runner.TP) {
-	for _, f := range s.fetchersOf(tps) {
-		f.resume()
-	}
-}
+// Resume lets tps be handed to the runner and fetched again, starting with
+// what their fetchers kept. It does not block.
+func (s *Source) Resume(tps []runner.TP) { s.setPaused(tps, false) }
 
-func (s *Source) fetchersOf(tps []runner.TP) []*fetcher {
+func (s *Source) setPaused(tps []runner.TP, paused bool) {
 	s.ownMu.Lock()
 	g := s.cur
 	s.ownMu.Unlock()
 	if g == nil {
-		return nil
+		return
 	}
-	out := make([]*fetcher, 0, len(tps))
+	fs := make([]*fetcher, 0, len(tps))
 	for _, tp := range tps {
 		if f := g.fetchers[tp]; f != nil {
-			out = append(out, f)
+			fs = append(fs, f)
 		}
 	}
-	return out
+	g.handover.setPaused(fs, paused)
 }
 
 // CommitError reports a commit that was not acknowledged for every
