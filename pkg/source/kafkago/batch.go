@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/segmentio/kafka-go/compress"
 	"github.com/segmentio/kafka-go/protocol"
@@ -48,6 +49,14 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// recordOverhead is what the adapter keeps per record besides the bytes of
+// its key, value and headers: the runner.Record itself. headerOverhead is
+// the same per header (the runner.Header; its key is copied too).
+const (
+	recordOverhead = int64(unsafe.Sizeof(runner.Record{}))
+	headerOverhead = int64(unsafe.Sizeof(runner.Header{}))
+)
+
 // decoded is what one partition's fetch answer brought.
 type decoded struct {
 	recs []runner.Record
@@ -57,6 +66,9 @@ type decoded struct {
 	end int64
 	// batches counts the batches seen whole.
 	batches int
+	// held is the bytes recs keep reachable: the decompressed batches and
+	// the records themselves (the answer's frame comes on top).
+	held int64
 }
 
 // CorruptError is a record batch the adapter cannot read: a checksum that
@@ -85,6 +97,7 @@ func decode(tp runner.TP, records []byte, aborted []abortedTxn, from int64) (out
 	if n := countRecords(records); n > 0 {
 		out.recs = make([]runner.Record, 0, n)
 	}
+	defer func() { out.held += int64(cap(out.recs)) * recordOverhead }()
 	aborted = slices.Clone(aborted)
 	slices.SortFunc(aborted, func(a, b abortedTxn) int { return cmp.Compare(a.firstOffset, b.firstOffset) })
 	var abortedPIDs map[int64]bool
@@ -143,6 +156,7 @@ func decode(tp runner.TP, records []byte, aborted []abortedTxn, from int64) (out
 			if data, err = decompress(c, data); err != nil {
 				return out, &CorruptError{TP: tp, Offset: base, Reason: err.Error()}
 			}
+			out.held += int64(cap(data))
 		}
 		if err := readRecords(tp, b, data, from, &out); err != nil {
 			return out, err
@@ -330,6 +344,7 @@ func readRecord(tp runner.TP, b header, data []byte, pos *int, prev *int64, from
 	var headers []runner.Header
 	if nh > 0 {
 		headers = make([]runner.Header, nh)
+		out.held += nh * headerOverhead
 		for i := range headers {
 			k, err := field(rec, &p)
 			if err != nil {
@@ -340,6 +355,7 @@ func readRecord(tp runner.TP, b header, data []byte, pos *int, prev *int64, from
 				return err
 			}
 			headers[i] = runner.Header{Key: string(k), Value: v}
+			out.held += int64(len(k))
 		}
 	}
 	ts := b.baseTimestamp + tsDelta
@@ -413,6 +429,7 @@ func decodeLegacy(tp runner.TP, batch []byte, from int64, out *decoded) error {
 			rec.Headers = append(rec.Headers, runner.Header{Key: h.Key, Value: h.Value})
 		}
 		out.recs = append(out.recs, rec)
+		out.held += int64(len(rec.Key) + len(rec.Value))
 	}
 }
 

@@ -53,7 +53,10 @@
 //     partitions as the runner's budget covers. Pause stops handing a
 //     partition over and fetching it; what its fetcher holds is kept, and
 //     Resume hands it over first. Beyond the runner's water marks the
-//     adapter holds at most one fetch (MaxBytes) per partition.
+//     adapter holds at most one fetch per partition; runner.New sizes the
+//     fetches (LimitFetch) so that all of them, decoded, fit the adapter's
+//     share of runner.MaxBufferedBytes under runner.RecordShape's
+//     assumptions. That share is divided among the partitions assigned.
 //   - A committed offset that fell out of the log (retention) restarts at
 //     the log start, logged at error level; StartOffset applies only to
 //     partitions with no committed offset.

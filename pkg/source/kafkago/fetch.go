@@ -36,6 +36,12 @@ type fetcher struct {
 	next int64 // the offset after everything handed to the runner
 	held *held // fetched, not yet handed over (at most one fetch's worth)
 
+	// size is the PartitionMaxBytes of the next fetch; maxSize its most
+	// and perFetch the memory one fetch may take (see LimitFetch). Owned
+	// by the fetcher's goroutine.
+	size, maxSize int32
+	perFetch      int64
+
 	// Guarded by handover.mu.
 	paused       bool
 	state        int
@@ -52,8 +58,12 @@ type held struct {
 	hwm  int64
 }
 
-func newFetcher(s *Source, h *handover, tp runner.TP, start int64) *fetcher {
-	return &fetcher{s: s, h: h, tp: tp, next: start, wake: make(chan struct{}, 1), taken: make(chan struct{}, 1)}
+func newFetcher(s *Source, h *handover, tp runner.TP, start int64, size fetchSize) *fetcher {
+	return &fetcher{
+		s: s, h: h, tp: tp, next: start,
+		size: size.bytes, maxSize: size.bytes, perFetch: size.memory,
+		wake: make(chan struct{}, 1), taken: make(chan struct{}, 1),
+	}
 }
 
 // run fetches and queues until ctx is done or the hand-over stopped. It
@@ -83,7 +93,7 @@ func (f *fetcher) run(ctx context.Context) error {
 			// or after next: a broker that does not send an oversized
 			// first batch whole (KIP-74). Asking again at once would
 			// spin.
-			log.Warn("fetch answer moved nothing; retrying after MaxWait", "offset", f.next, "fetch_bytes", f.s.cfg.maxBytes)
+			log.Warn("fetch answer moved nothing; retrying after MaxWait", "offset", f.next, "fetch_bytes", f.size)
 			sleep(ctx, f.s.cfg.maxWait)
 			continue
 		}
@@ -109,7 +119,7 @@ func (f *fetcher) fetch(ctx context.Context) (*held, bool, error) {
 			ReplicaID:      -1,
 			MaxWaitTime:    int32(s.cfg.maxWait / time.Millisecond),
 			MinBytes:       int32(s.cfg.minBytes),
-			MaxBytes:       int32(s.cfg.maxBytes),
+			MaxBytes:       f.size,
 			IsolationLevel: int8(kafka.ReadCommitted),
 			// A full fetch outside any fetch session (KIP-227), as
 			// kafka.Client.Fetch sends it.
@@ -122,7 +132,7 @@ func (f *fetcher) fetch(ctx context.Context) (*held, bool, error) {
 					CurrentLeaderEpoch: -1,
 					FetchOffset:        f.next,
 					LogStartOffset:     -1,
-					PartitionMaxBytes:  int32(s.cfg.maxBytes),
+					PartitionMaxBytes:  f.size,
 				}},
 			}},
 		},
@@ -159,6 +169,7 @@ func (f *fetcher) fetch(ctx context.Context) (*held, bool, error) {
 	if err != nil {
 		return nil, true, err
 	}
+	f.resize(int64(len(a.frame)), int64(len(a.frame))+d.held)
 	if d.end == f.next {
 		// Every whole batch ends at or after the offset asked for, so
 		// only an answer with no whole batch leaves the position where

@@ -60,6 +60,9 @@ type Source struct {
 	// runner's last answer. Run sets it before the first generation; then
 	// only the current generation's hand-over goroutine uses it.
 	budget int
+
+	limits atomic.Pointer[runner.FetchLimits] // set by LimitFetch
+	shrunk atomic.Bool                        // a fetch size was lowered (logged once)
 }
 
 // generation is one kafka-go generation of this member: its partitions and
@@ -187,6 +190,12 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 // initialBudget is the budget until Run has asked the runner for its own,
 // which it does before any hand-over.
 const initialBudget = 1
+
+// smallFetch is the fetch size below which a generation logs that its
+// share of memory is thin: below a producer's usual batch (16 KiB for the
+// Java client), fetches bring one batch each and cost a round trip per
+// batch.
+const smallFetch = 16 << 10
 
 func (s *Source) isClosing() bool {
 	s.mu.Lock()
@@ -335,15 +344,20 @@ func (s *Source) generation(ctx, gctx context.Context, sink runner.Sink, kg *kaf
 
 	g := &generation{kg: kg, tps: tps, fetchers: make(map[runner.TP]*fetcher, len(tps)), fenced: make(chan struct{}),
 		handover: newHandover(s, sink)}
+	size := s.fetchSizeFor(len(tps))
+	if size.bytes < smallFetch && int(size.bytes) < s.cfg.maxBytes {
+		log.Warn("fetches are small for this many partitions: raise runner.MaxBufferedBytes (the adapter's share is divided among the partitions); a fetch still brings one whole batch, so batches larger than the fetch size exceed the memory bound",
+			"partitions", len(tps), "fetch_bytes", size.bytes)
+	}
 	as := make([]runner.Assignment, len(tps))
 	for i, tp := range tps {
-		g.fetchers[tp] = newFetcher(s, g.handover, tp, starts[tp])
+		g.fetchers[tp] = newFetcher(s, g.handover, tp, starts[tp], size)
 		as[i] = runner.Assignment{TP: tp, Start: starts[tp], Generation: kg.ID, Member: kg.MemberID}
 	}
 	s.ownMu.Lock()
 	s.cur, g.active = g, true
 	s.ownMu.Unlock()
-	log.Info("partitions assigned", "partitions", tpStrings(tps))
+	log.Info("partitions assigned", "partitions", tpStrings(tps), "fetch_bytes", size.bytes)
 
 	// The runner starts every assignment with fresh epochs, even when
 	// kafka-go hands back the same generation id and partitions (a member
