@@ -154,7 +154,7 @@ func TestLimitFetchShrinks(t *testing.T) {
 	var logs syncBuffer
 	src := newSource(t, c, "tiny", kafkago.Logger(newTextLogger(&logs)))
 	runFor(t, src, "tiny", func() bool { return len(sizes.seen()) >= 2 },
-		runner.MaxBufferedBytes(4<<20), runner.ByteWaterMarks(1<<20, 512<<10), runner.RecordShape(1024, 1))
+		runner.MaxBufferedBytes(16<<20), runner.WaterMarks(1000, 500), runner.ByteWaterMarks(1<<20, 512<<10), runner.RecordShape(1024, 1))
 	got := sizes.seen()
 	if got[1] >= got[0] {
 		t.Fatalf("fetch sizes %v: the second fetch did not ask for less after the first kept ~140 bytes per 1-byte record", got)
