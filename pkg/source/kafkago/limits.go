@@ -98,10 +98,12 @@ func (s *Source) fetchSizeFor(p int) fetchSize {
 // Source). When they are larger, it grows back, at most doubling per
 // fetch and never above the size LimitFetch allows.
 func (f *fetcher) resize(wire, kept int64) {
-	if wire <= 0 || kept <= 0 {
-		return
+	if wire <= 0 || kept <= 0 || f.perFetch == math.MaxInt64 {
+		return // no limits: every fetch is MaxBytes
 	}
-	target := min(max(int64(float64(f.perFetch)*float64(wire)/float64(kept)), 1), int64(f.maxSize))
+	// In float64 and clamped before the conversion: a float64 beyond the
+	// int64 range does not convert to anything useful.
+	target := int64(min(max(float64(f.perFetch)*float64(wire)/float64(kept), 1), float64(f.maxSize)))
 	switch {
 	case target < int64(f.size):
 		if f.s.shrunk.CompareAndSwap(false, true) {

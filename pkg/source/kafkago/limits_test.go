@@ -212,3 +212,21 @@ func (s *syncBuffer) String() string {
 func newTextLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
+
+// unlimited hides the Source's LimitFetch from the runner.
+type unlimited struct{ runner.Source }
+
+// TestNoLimitsFetchMaxBytes: a Source the runner did not limit fetches
+// MaxBytes every time, whatever its records keep.
+func TestNoLimitsFetchMaxBytes(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(1, "free"))
+	c.produce(t, "free", 1, 500)
+	sizes := watchSizes(c, "free")
+	src := newSource(t, c, "free", kafkago.MaxBytes(64<<10))
+	runFor(t, unlimited{src}, "free", func() bool { return len(sizes.seen()) >= 3 })
+	for i, got := range sizes.seen() {
+		if got != 64<<10 {
+			t.Fatalf("fetch %d asked for %d bytes, want MaxBytes %d", i, got, 64<<10)
+		}
+	}
+}
