@@ -33,6 +33,12 @@ import (
 // Kafka 4 brokers answer v4 and later only.
 const minFetchVersion = 4
 
+// maxAnswerBytes bounds the fetch answer the adapter reads into memory, as
+// franz-go's BrokerMaxReadBytes does (its default): an answer is at most
+// the fetch size, or one batch larger than it (KIP-74), so only a length
+// gone wrong, or a batch beyond any sane max.message.bytes, comes near it.
+const maxAnswerBytes = 100 << 20
+
 // fetchCall is one fetch request sent through kafka.Transport and its
 // answer. It is used for one round trip.
 type fetchCall struct {
@@ -98,8 +104,8 @@ func (c *fetchCall) RawExchange(rw io.ReadWriter) (protocol.Message, error) {
 		return nil, err
 	}
 	n := int32(binary.BigEndian.Uint32(size[:]))
-	if n < 4 {
-		return nil, fmt.Errorf("kafkago: fetch answer of %d bytes", n)
+	if n < 4 || n > maxAnswerBytes {
+		return nil, fmt.Errorf("kafkago: fetch answer of %d bytes, not in [4, %d]", n, maxAnswerBytes)
 	}
 	frame := make([]byte, n)
 	if _, err := io.ReadFull(rw, frame); err != nil {
