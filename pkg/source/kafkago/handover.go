@@ -71,7 +71,7 @@ func (h *handover) offer(ctx context.Context, f *fetcher, hd *held) bool {
 }
 
 // waitUnpaused returns once f's partition is not paused (true), or when ctx
-// ends (false).
+// ends or the hand-over stopped (false).
 func (h *handover) waitUnpaused(ctx context.Context, f *fetcher) bool {
 	for {
 		h.mu.Lock()
@@ -83,6 +83,8 @@ func (h *handover) waitUnpaused(ctx context.Context, f *fetcher) bool {
 		select {
 		case <-f.wake:
 		case <-ctx.Done():
+			return false
+		case <-h.done:
 			return false
 		}
 	}
