@@ -2,6 +2,7 @@ package kafkago_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -246,5 +247,35 @@ func TestPauseKeepsFetched(t *testing.T) {
 		if before > 2 {
 			t.Errorf("partition %d: %d fetches for %d records held in one fetch's worth: pauses refetch", p, before, per)
 		}
+	}
+}
+
+// budgetSink answers every hand-over with the same budget and keeps
+// nothing.
+type budgetSink struct {
+	runner.Sink
+	budget int
+}
+
+func (s budgetSink) Fetched(context.Context, []runner.Batch) (int, error) { return s.budget, nil }
+
+// BenchmarkHandOver: handing 120,000 fetched records to the runner costs
+// the same per record whether they come from 12, 120 or 1,200 partitions
+// (the runner's budget, 5,000, sets the hand-overs: 24 per round).
+func BenchmarkHandOver(b *testing.B) {
+	const total, budget = 120_000, 5000
+	for _, parts := range []int{12, 120, 1200} {
+		b.Run(strconv.Itoa(parts)+"_partitions", func(b *testing.B) {
+			b.ReportAllocs()
+			calls := 0
+			for b.Loop() {
+				b.StopTimer() // building the fetched records is not handing them over
+				round := kafkago.HandOverRound(budgetSink{budget: budget}, parts, total/parts, budget)
+				b.StartTimer()
+				calls = round()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*total), "ns/record")
+			b.ReportMetric(float64(calls), "handovers/round")
+		})
 	}
 }
