@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/klauspost/compress/snappy"
 	"github.com/segmentio/kafka-go/compress"
 	"github.com/segmentio/kafka-go/protocol"
 
@@ -237,8 +238,14 @@ func countRecords(records []byte) int {
 	return n
 }
 
-// decompress returns the records of a compressed batch.
+// decompress returns the records of a compressed batch. Snappy, the
+// default of franz-go and of many producers, is decoded into one buffer of
+// exactly the decoded size; the other codecs go through kafka-go's pooled
+// readers into a buffer at most twice what it holds.
 func decompress(c compress.Compression, data []byte) ([]byte, error) {
+	if c == compress.Snappy {
+		return unsnappy(data)
+	}
 	codec := c.Codec()
 	if codec == nil {
 		return nil, fmt.Errorf("compression codec %d is not supported", c)
@@ -251,6 +258,48 @@ func decompress(c compress.Compression, data []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", c, err)
 	}
 	return out.Bytes(), nil
+}
+
+// xerialMagic starts a snappy batch in the xerial framing the Java client
+// writes: the magic, two int32 versions, then blocks of an int32 length and
+// a raw snappy block. Other producers write one raw snappy block.
+var xerialMagic = []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
+
+func unsnappy(data []byte) ([]byte, error) {
+	var blocks [][]byte
+	if bytes.HasPrefix(data, xerialMagic) && len(data) >= 16 {
+		for rest := data[16:]; len(rest) > 0; {
+			if len(rest) < 4 {
+				return nil, errors.New("snappy: xerial block length cut short")
+			}
+			n := int(binary.BigEndian.Uint32(rest))
+			if n > len(rest)-4 {
+				return nil, errors.New("snappy: xerial block cut short")
+			}
+			blocks = append(blocks, rest[4:4+n])
+			rest = rest[4+n:]
+		}
+	} else {
+		blocks = [][]byte{data}
+	}
+	total := 0
+	for _, b := range blocks {
+		n, err := snappy.DecodedLen(b)
+		if err != nil {
+			return nil, fmt.Errorf("snappy: %w", err)
+		}
+		total += n
+	}
+	out := make([]byte, total)
+	at := 0
+	for _, b := range blocks {
+		n, _ := snappy.DecodedLen(b)
+		if _, err := snappy.Decode(out[at:at+n], b); err != nil {
+			return nil, fmt.Errorf("snappy: %w", err)
+		}
+		at += n
+	}
+	return out, nil
 }
 
 // errRecord is a record that does not parse within its batch.

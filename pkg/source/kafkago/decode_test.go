@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go/compress"
+	"github.com/segmentio/kafka-go/compress/snappy"
 	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -32,6 +33,7 @@ type spec struct {
 	txn       bool
 	control   int16 // 0: a record batch; 1 COMMIT marker; 2 ABORT marker (type+1)
 	codec     compress.Compression
+	rawSnappy bool // snappy without the xerial framing (franz-go, librdkafka)
 	appendTS  bool // timestamp type LogAppendTime
 	epoch     int32
 	recs      []rec
@@ -69,7 +71,11 @@ func encode(t testing.TB, s spec) []byte {
 	}
 	if s.codec != compress.None {
 		var buf bytes.Buffer
-		w := s.codec.Codec().NewWriter(&buf)
+		codec := s.codec.Codec()
+		if s.rawSnappy {
+			codec = &snappy.Codec{Framing: snappy.Unframed}
+		}
+		w := codec.NewWriter(&buf)
 		if _, err := w.Write(records); err != nil {
 			t.Fatal(err)
 		}
@@ -269,12 +275,20 @@ func TestDecodeFields(t *testing.T) {
 		{delta: 0, key: []byte("key"), value: []byte("value"), headers: hs},
 		{delta: 1, key: nil, value: nil},
 		{delta: 2, key: []byte{}, value: []byte{}},
-		{delta: 3, key: []byte("big"), value: bytes.Repeat([]byte("0123456789"), 1000)},
+		{delta: 3, key: []byte("big"), value: bytes.Repeat([]byte("0123456789"), 10_000)}, // xerial: several blocks
 	}
-	for _, codec := range []compress.Compression{compress.None, compress.Gzip, compress.Snappy, compress.Lz4, compress.Zstd} {
+	codecs := []struct {
+		name      string
+		codec     compress.Compression
+		rawSnappy bool
+	}{
+		{"none", compress.None, false}, {"gzip", compress.Gzip, false}, {"snappy-xerial", compress.Snappy, false},
+		{"snappy-raw", compress.Snappy, true}, {"lz4", compress.Lz4, false}, {"zstd", compress.Zstd, false},
+	}
+	for _, cc := range codecs {
 		for _, appendTS := range []bool{false, true} {
-			t.Run(codec.String(), func(t *testing.T) {
-				b := encode(t, spec{base: 100, lastDelta: -1, codec: codec, appendTS: appendTS, epoch: 7, recs: recs})
+			t.Run(cc.name, func(t *testing.T) {
+				b := encode(t, spec{base: 100, lastDelta: -1, codec: cc.codec, rawSnappy: cc.rawSnappy, appendTS: appendTS, epoch: 7, recs: recs})
 				got, end, err := kafkago.Decode(tp, b, nil, 0)
 				if err != nil {
 					t.Fatalf("decode: %v", err)

@@ -18,7 +18,7 @@ import (
 //	                     values point into it)
 //	≤ 2·C·w              the decompressed batches (C = MaxCompression; a
 //	                     decompressing buffer grows to at most twice what it
-//	                     holds)
+//	                     holds; snappy is decoded into an exact buffer, C·w)
 //	≤ (C·w / S) · R      the runner.Records (S = MinRecordBytes, R = the size
 //	                     of a runner.Record, 136 bytes on 64-bit; each header
 //	                     adds the size of a runner.Header, 40, and its key)
@@ -30,8 +30,9 @@ import (
 //	F = min(MaxBytes, PartitionBytes / C, Bytes / (P·E))
 //
 // (12 partitions, the runner's defaults: F = 64 MiB / (12 · 17.5) ≈ 312 KiB).
-// Not counted: kafka-go's codec state while a batch decompresses (pooled,
-// one per decompression in progress) and a connection's 4 KiB read buffer.
+// Not counted: kafka-go's codec state while a gzip, lz4 or zstd batch
+// decompresses (pooled, one per decompression in progress; snappy has
+// none) and a connection's 4 KiB read buffer.
 //
 // A broker answers a fetch with at least one whole batch even when it is
 // larger than F (KIP-74), so the bound also needs F ≥ the largest batch
