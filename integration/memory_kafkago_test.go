@@ -29,14 +29,16 @@ import (
 // stays under the byte cap plus a constant (invariant 6): the live heap
 // after a collection, and the process's resident memory. In "small records"
 // (TestBoundedMemory's 1,000,000 records of about 14 bytes) the record
-// water marks bind; in "1 KiB records" the byte water marks and the cap do.
+// water marks bind; in "1 KiB records" the byte limits do: the byte water
+// marks (12 partitions × 768 KiB), and the runner's own share of the cap
+// once it charges what a record costs beside its bytes.
 //
 // The records are what the bound assumes (runner.RecordShape: at least
 // minRecord bytes uncompressed, snappy, compressed at most 4 times), and
 // they are produced in batches of at most memBatchBytes, below the fetch
 // size the adapter derives (docs/adapters.md: F = 4 MiB / (12 · E), E = 43
-// for small records, 9.5 for 1 KiB ones), since a broker sends a larger
-// batch whole.
+// for small records, 9.5 for 1 KiB ones: 8 KiB and 36 KiB), since a broker
+// sends a larger batch whole.
 //
 // The bound is the cap plus memSlack for what is not records and does not
 // grow with them (docs/adapters.md, docs/runner.md): the runner's and the
@@ -55,10 +57,11 @@ func TestBoundedMemoryKafkago(t *testing.T) {
 		value     int // bytes; 0: strconv.Itoa(i)
 		minRecord int
 		high, low int           // records
+		highBytes int64         // ByteWaterMarks' high; low is half
 		handler   time.Duration // per record; 32 at a time
 	}{
-		{name: "small records", records: 1_000_000, minRecord: 16, high: 500, low: 250, handler: 2 * time.Millisecond},
-		{name: "1 KiB records", records: 150_000, value: 1 << 10, minRecord: 1 << 10, high: 2000, low: 1000, handler: 5 * time.Millisecond},
+		{name: "small records", records: 1_000_000, minRecord: 16, high: 500, low: 250, highBytes: 1 << 20, handler: 2 * time.Millisecond},
+		{name: "1 KiB records", records: 150_000, value: 1 << 10, minRecord: 1 << 10, high: 2000, low: 1000, highBytes: 768 << 10, handler: 5 * time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,7 +88,7 @@ func TestBoundedMemoryKafkago(t *testing.T) {
 				handled.Add(1)
 				return nil
 			}), runner.Concurrency(32), runner.WaterMarks(tc.high, tc.low), runner.MaxBufferedBytes(byteCap),
-				runner.ByteWaterMarks(1<<20, 512<<10), runner.RecordShape(tc.minRecord, 4),
+				runner.ByteWaterMarks(tc.highBytes, tc.highBytes/2), runner.RecordShape(tc.minRecord, 4),
 				runner.CommitInterval(10*time.Millisecond), runner.Logger(quietLogger()))
 			if err != nil {
 				t.Fatal(err)
