@@ -274,9 +274,12 @@ type stopReq struct {
 	ctxDone  <-chan struct{}
 }
 
-// drain is a revoke or a shutdown waiting for in-flight handlers.
+// drain is a revoke or a shutdown waiting for in-flight handlers. It holds
+// the assignments it drains, not their names: the source may report a
+// partition assigned again while its old assignment drains, and the drain
+// must then neither wait for nor end the new one.
 type drain struct {
-	tps      []TP
+	parts    []*partState
 	deadline time.Time // zero: none
 	ctxDone  <-chan struct{}
 	reply    chan error // nil for a shutdown
@@ -394,13 +397,13 @@ func (r *Runner) onSink(req *sinkReq) {
 			// A partition already draining (a shutdown) joins this drain
 			// too, so the source waits for its final commit.
 			if ps := r.parts[tp]; ps != nil {
-				d.tps = append(d.tps, tp)
+				d.parts = append(d.parts, ps)
 				if !ps.revoking {
 					r.stopDispatch(ps)
 				}
 			}
 		}
-		if len(d.tps) == 0 {
+		if len(d.parts) == 0 {
 			req.replyErr <- nil
 			return
 		}
@@ -691,10 +694,10 @@ func (r *Runner) beginStop(deadline time.Time, ctxDone <-chan struct{}) {
 	r.stopping = true
 	r.log.Info("stopping: draining in-flight handlers", "partitions", len(r.parts), "in_flight", r.inflight, "deadline", deadline)
 	d := &drain{deadline: deadline, ctxDone: ctxDone, stop: true}
-	for tp, ps := range r.parts {
+	for _, ps := range r.parts {
 		// A partition already draining for a revoke joins the stop drain
 		// too: the stop must not end before that revoke's handlers did.
-		d.tps = append(d.tps, tp)
+		d.parts = append(d.parts, ps)
 		if !ps.revoking {
 			r.stopDispatch(ps)
 		}
@@ -721,8 +724,8 @@ func (r *Runner) checkDrains() {
 			}
 		}
 		idle := true
-		for _, tp := range d.tps {
-			if ps := r.parts[tp]; ps != nil && ps.inflight > 0 {
+		for _, ps := range d.parts {
+			if !ps.closed && ps.inflight > 0 {
 				idle = false
 				break
 			}
@@ -834,18 +837,17 @@ func (r *Runner) onCommitted(c *commitReq) {
 	r.finalCommit()
 }
 
-// finishDrains ends the epochs of drained partitions after their final
-// commit and answers the source.
-// finishDrains ends drains after their final commit; commitErr is that
-// commit's failure, reported with each drain's result.
+// finishDrains ends drains after their final commit, ending the epochs of
+// their partitions and answering the source; commitErr is that commit's
+// failure, reported with each drain's result.
 func (r *Runner) finishDrains(ds []*drain, commitErr error) {
 	for _, d := range ds {
 		unfinished := map[TP]int64{}
-		for _, tp := range d.tps {
-			ps := r.parts[tp]
-			if ps == nil {
-				continue // lost while draining
+		for _, ps := range d.parts {
+			if ps.closed {
+				continue // lost, or assigned anew, while draining
 			}
+			tp := ps.tp
 			if ps.inflight > 0 {
 				unfinished[tp] = ps.p.Safe()
 			}
