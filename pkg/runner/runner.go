@@ -128,9 +128,11 @@ func New(src Source, opts ...Option) (*Runner, error) {
 // DrainBudget. It returns nil after a clean stop, a *DrainError when handlers
 // were still running at the end of the drain budget (everything before them
 // was committed; they will be replayed), a *FinalCommitError (possibly
-// joined with the *DrainError) when the final commit was not acknowledged,
-// ErrStopped if the Runner already ran, or the source's error. When Run returns, every goroutine it started
-// has returned, provided handlers honour their ctx.
+// joined with the *DrainError) when the final commit was not acknowledged
+// — also when Close, or the end of Shutdown's ctx, cut a graceful stop
+// short —, ErrStopped if the Runner already ran, or the source's error.
+// When Run returns, every goroutine it started has returned, provided
+// handlers honour their ctx.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return ErrStopped
@@ -193,23 +195,26 @@ func (r *Runner) Run(ctx context.Context) error {
 // Shutdown stops the runner gracefully: it stops fetching, drops buffered
 // records that have not started, waits for in-flight handlers, commits the
 // safe offsets synchronously, cancels what is still running, and closes the
-// source (leaving the group). The drain gets 70% of the time left until ctx's
-// deadline and the final commit and close the rest; without a deadline it
-// waits until the handlers finish or ctx is done. Shutdown returns when Run
-// has returned: nil after a clean stop, the *DrainError or *FinalCommitError
-// Run returned, or ctx.Err() if ctx ended first (then it calls Close). Calling Shutdown
-// before Run, or after Run returned, returns ErrStopped.
+// source (leaving the group). The drain gets 70% of the time left until
+// ctx's deadline; the final commit gets what is left of it (at most
+// CommitTimeout), then the source is closed. Without a deadline it waits
+// until the handlers finish or ctx is done. Shutdown returns when Run has
+// returned: nil after a clean stop, the *DrainError or *FinalCommitError
+// Run returned, or ctx.Err() if ctx ended first (then it calls Close, and
+// Run returns a *FinalCommitError unless the final commit had been
+// acknowledged). Calling Shutdown before Run, or after Run returned,
+// returns ErrStopped.
 func (r *Runner) Shutdown(ctx context.Context) error {
 	if !r.started.Load() {
 		return ErrStopped
 	}
-	var deadline time.Time
+	var drainDeadline, deadline time.Time
 	if d, ok := ctx.Deadline(); ok {
 		now := time.Now()
-		deadline = now.Add(d.Sub(now) * 7 / 10)
+		drainDeadline, deadline = now.Add(d.Sub(now)*7/10), d
 	}
 	select {
-	case r.stopCh <- stopReq{deadline: deadline, ctxDone: ctx.Done()}:
+	case r.stopCh <- stopReq{drainDeadline: drainDeadline, deadline: deadline, ctxDone: ctx.Done()}:
 	case <-r.loopDone:
 	case <-ctx.Done():
 		r.Close()
@@ -226,7 +231,9 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 
 // Close stops the runner at once: no drain and no final commit (the last
 // acknowledged commit stands; records after it are replayed by the next
-// owner). Handlers' contexts are cancelled. Close does not wait for Run to
+// owner). Handlers' contexts are cancelled. Run returns nil, or a
+// *FinalCommitError if a graceful stop (Shutdown, or the end of Run's ctx)
+// had begun and its final commit was not yet acknowledged. Close does not wait for Run to
 // return; it is safe to call more than once and from any goroutine.
 func (r *Runner) Close() error {
 	r.closeOnce.Do(func() { close(r.closeCh) })
@@ -270,9 +277,15 @@ func (e *FinalCommitError) Error() string {
 func (e *FinalCommitError) Unwrap() error { return e.Err }
 
 type stopReq struct {
-	deadline time.Time
-	ctxDone  <-chan struct{}
+	drainDeadline time.Time // zero: none
+	deadline      time.Time // Shutdown's own: bounds the final commit; zero: none
+	ctxDone       <-chan struct{}
 }
+
+// errClosedInStop is the cause of the *FinalCommitError Run returns when
+// Close (or the end of Shutdown's ctx) stops it before its final commit
+// was acknowledged.
+var errClosedInStop = errors.New("runner: closed before the final commit was acknowledged")
 
 // drain is a revoke or a shutdown waiting for in-flight handlers. It holds
 // the assignments it drains, not their names: the source may report a
@@ -281,6 +294,9 @@ type stopReq struct {
 type drain struct {
 	parts    []*partState
 	deadline time.Time // zero: none
+	// commitBy bounds the final commit (Shutdown's deadline); zero: only
+	// CommitTimeout does.
+	commitBy time.Time
 	ctxDone  <-chan struct{}
 	reply    chan error // nil for a shutdown
 	stop     bool
@@ -317,14 +333,19 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 			r.checkDrains()
 		case s := <-r.stopCh:
 			stopCtxDone = s.ctxDone
-			r.beginStop(s.deadline, s.ctxDone)
+			r.beginStop(s.drainDeadline, s.deadline, s.ctxDone)
 		case <-ctxDone:
 			ctxDone = nil
-			r.beginStop(time.Now().Add(r.cfg.drainBudget), nil)
+			r.beginStop(time.Now().Add(r.cfg.drainBudget), time.Time{}, nil)
 		case <-stopCtxDone:
 			stopCtxDone = nil
 			r.checkDrains()
 		case <-r.closeCh:
+			if r.stopping {
+				// A graceful stop was under way and its final commit was
+				// not acknowledged (the loop would have returned).
+				return &FinalCommitError{Err: errClosedInStop}
+			}
 			return nil
 		case <-srcDone:
 			// srcErr is written before srcDone is closed.
@@ -687,13 +708,16 @@ func (r *Runner) lose(tp TP) {
 	r.checkGlobal()
 }
 
-func (r *Runner) beginStop(deadline time.Time, ctxDone <-chan struct{}) {
+// beginStop starts a graceful stop: a drain of every partition until
+// deadline (zero: none) or until ctxDone, then a final commit bounded by
+// commitBy (zero: CommitTimeout alone).
+func (r *Runner) beginStop(deadline, commitBy time.Time, ctxDone <-chan struct{}) {
 	if r.stopping {
 		return
 	}
 	r.stopping = true
 	r.log.Info("stopping: draining in-flight handlers", "partitions", len(r.parts), "in_flight", r.inflight, "deadline", deadline)
-	d := &drain{deadline: deadline, ctxDone: ctxDone, stop: true}
+	d := &drain{deadline: deadline, commitBy: commitBy, ctxDone: ctxDone, stop: true}
 	for _, ps := range r.parts {
 		// A partition already draining for a revoke joins the stop drain
 		// too: the stop must not end before that revoke's handlers did.
@@ -764,8 +788,14 @@ func (r *Runner) finalCommit() {
 	}
 	r.drains = rest
 	// The drain's time may be up: the final commit gets its own
-	// CommitTimeout (Shutdown's ctx still bounds the whole stop).
-	c := r.newCommit(time.Time{})
+	// CommitTimeout, within what is left of Shutdown's budget.
+	var by time.Time
+	for _, d := range ready {
+		if !d.commitBy.IsZero() && (by.IsZero() || d.commitBy.Before(by)) {
+			by = d.commitBy
+		}
+	}
+	c := r.newCommit(by)
 	c.drains = ready
 	if len(c.offsets) == 0 {
 		r.finishDrains(ready, nil)
@@ -1005,10 +1035,13 @@ func (r *Runner) freeLane(l *lane) {
 // broker.
 func (r *Runner) committer(ctx context.Context) {
 	for c := range r.commitReq {
-		cctx, cancel := context.WithTimeout(ctx, r.cfg.commitTimeout)
-		if !c.deadline.IsZero() {
-			cctx, cancel = context.WithDeadline(ctx, c.deadline)
+		// CommitTimeout bounds every request; a final commit of a
+		// shutdown also ends with Shutdown's ctx (c.deadline).
+		by := time.Now().Add(r.cfg.commitTimeout)
+		if !c.deadline.IsZero() && c.deadline.Before(by) {
+			by = c.deadline
 		}
+		cctx, cancel := context.WithDeadline(ctx, by)
 		start := time.Now()
 		c.err = r.src.Commit(cctx, c.offsets)
 		c.took = time.Since(start)
