@@ -89,3 +89,48 @@ func TestCloseDuringShutdownReportsTheFinalCommit(t *testing.T) {
 		}
 	})
 }
+
+// TestStopBeforeRun: Shutdown or Close before Run stops the runner, as
+// net/http's Shutdown stops a Server before Serve: Run then returns
+// ErrStopped at once without starting the source, so a SIGTERM during
+// start-up is not lost. (Run used to run until closed after a Shutdown, and
+// to start the source, joining the group, after a Close.)
+func TestStopBeforeRun(t *testing.T) {
+	for _, stop := range []string{"Shutdown", "Close"} {
+		t.Run(stop, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := newDriver()
+				r := newRunner(t, d, runner.Handle(topic, func(context.Context, runner.Record) error { return nil }))
+				if stop == "Shutdown" {
+					if err := r.Shutdown(context.Background()); err != nil {
+						t.Fatalf("Shutdown before Run = %v, want nil", err)
+					}
+				} else {
+					r.Close()
+				}
+				runErr := make(chan error, 1)
+				go func() { runErr <- r.Run(context.Background()) }()
+				synctest.Wait()
+				select {
+				case err := <-runErr:
+					if !errors.Is(err, runner.ErrStopped) {
+						t.Errorf("Run after %s = %v, want ErrStopped", stop, err)
+					}
+				default:
+					t.Errorf("Run after %s is still running", stop)
+					r.Close()
+					<-runErr
+				}
+				d.mu.Lock()
+				runs := d.runs
+				d.mu.Unlock()
+				if runs != 0 {
+					t.Errorf("Run after %s started the source", stop)
+				}
+				if err := r.Shutdown(context.Background()); err != nil {
+					t.Errorf("a second Shutdown = %v, want nil", err)
+				}
+			})
+		})
+	}
+}

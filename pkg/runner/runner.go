@@ -38,7 +38,7 @@ type Runner struct {
 	closeOnce sync.Once
 	loopDone  chan struct{} // closed when the loop has returned
 	runDone   chan struct{} // closed when Run has returned
-	started   atomic.Bool
+	state     atomic.Int32  // lifeNew, then lifeRunning (Run) or lifeStopped (Shutdown or Close first)
 	runErr    error // set before runDone is closed
 
 	stats statsBox
@@ -130,11 +130,12 @@ func New(src Source, opts ...Option) (*Runner, error) {
 // was committed; they will be replayed), a *FinalCommitError (possibly
 // joined with the *DrainError) when the final commit was not acknowledged
 // — also when Close, or the end of Shutdown's ctx, cut a graceful stop
-// short —, ErrStopped if the Runner already ran, or the source's error.
+// short —, ErrStopped if the Runner already ran or was stopped before Run
+// (then the source is not started), or the source's error.
 // When Run returns, every goroutine it started has returned, provided
 // handlers honour their ctx.
 func (r *Runner) Run(ctx context.Context) error {
-	if !r.started.CompareAndSwap(false, true) {
+	if !r.state.CompareAndSwap(lifeNew, lifeRunning) {
 		return ErrStopped
 	}
 	defer close(r.runDone)
@@ -202,11 +203,15 @@ func (r *Runner) Run(ctx context.Context) error {
 // returned: nil after a clean stop, the *DrainError or *FinalCommitError
 // Run returned, or ctx.Err() if ctx ended first (then it calls Close, and
 // Run returns a *FinalCommitError unless the final commit had been
-// acknowledged). Calling Shutdown before Run, or after Run returned,
-// returns ErrStopped.
+// acknowledged). Called after Run returned, it returns what Run returned.
+//
+// Shutdown before Run stops the runner, as net/http's Shutdown stops a
+// Server before Serve: it returns nil, and a later Run returns ErrStopped
+// at once without starting the source (so a signal that arrives during
+// start-up is not lost).
 func (r *Runner) Shutdown(ctx context.Context) error {
-	if !r.started.Load() {
-		return ErrStopped
+	if r.state.CompareAndSwap(lifeNew, lifeStopped) || r.state.Load() == lifeStopped {
+		return nil
 	}
 	var drainDeadline, deadline time.Time
 	if d, ok := ctx.Deadline(); ok {
@@ -233,9 +238,12 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 // acknowledged commit stands; records after it are replayed by the next
 // owner). Handlers' contexts are cancelled. Run returns nil, or a
 // *FinalCommitError if a graceful stop (Shutdown, or the end of Run's ctx)
-// had begun and its final commit was not yet acknowledged. Close does not wait for Run to
+// had begun and its final commit was not yet acknowledged. Close before Run
+// stops the runner: Run then returns ErrStopped at once, without starting
+// the source. Close does not wait for Run to
 // return; it is safe to call more than once and from any goroutine.
 func (r *Runner) Close() error {
+	r.state.CompareAndSwap(lifeNew, lifeStopped) // before Run: Run will not start
 	r.closeOnce.Do(func() { close(r.closeCh) })
 	return nil
 }
@@ -275,6 +283,13 @@ func (e *FinalCommitError) Error() string {
 
 // Unwrap returns Err.
 func (e *FinalCommitError) Unwrap() error { return e.Err }
+
+// The lifecycle states of a Runner.
+const (
+	lifeNew     int32 = iota // before Run, Shutdown or Close
+	lifeRunning              // Run was called
+	lifeStopped              // Shutdown or Close came before Run: Run will not start
+)
 
 type stopReq struct {
 	drainDeadline time.Time // zero: none

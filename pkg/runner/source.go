@@ -118,7 +118,8 @@ type Sink interface {
 }
 
 // ErrStopped is returned by Sink methods once the runner is stopping, and by
-// Run when called on a runner that already ran.
+// Run when called on a runner that already ran or that Shutdown or Close
+// stopped before Run.
 var ErrStopped = errors.New("runner: stopped")
 
 // DeadLetterWriter writes a record that failed every attempt to a dead-letter
