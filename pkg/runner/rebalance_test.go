@@ -438,3 +438,40 @@ func TestRevokeDrainDoesNotEndANewerAssignment(t *testing.T) {
 		}
 	})
 }
+
+// TestReassignWaitsForTheCommitInFlight: an assignment that replaces one
+// the runner still holds, without a Lost before it, drops the old one as
+// lost; like Lost, it is answered only after a commit built for the old
+// one was answered, so the source cannot send that commit under the new
+// generation. (It used to be answered at once.)
+func TestReassignWaitsForTheCommitInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		fill(src, 1, 10, 10)
+		held, release := src.HoldCommits()
+		defer release()
+		r := newRunner(t, src, runner.Handle(topic, func(context.Context, runner.Record) error { return nil }),
+			runner.CommitInterval(time.Millisecond))
+		started(t, r)
+		assign(t, src, tp(0))
+		<-held // a commit of the first assignment is in flight
+		again := make(chan error, 1)
+		go func() { again <- src.Assign(context.Background(), tp(0)) }()
+		synctest.Wait()
+		select {
+		case err := <-again:
+			t.Fatalf("the second Assign returned (%v) while a commit built for the first was in flight", err)
+		default:
+		}
+		release()
+		synctest.Wait()
+		select {
+		case err := <-again:
+			if err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatal("the second Assign did not return after the commit was answered")
+		}
+	})
+}

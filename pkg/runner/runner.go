@@ -39,7 +39,7 @@ type Runner struct {
 	loopDone  chan struct{} // closed when the loop has returned
 	runDone   chan struct{} // closed when Run has returned
 	state     atomic.Int32  // lifeNew, then lifeRunning (Run) or lifeStopped (Shutdown or Close first)
-	runErr    error // set before runDone is closed
+	runErr    error         // set before runDone is closed
 
 	stats statsBox
 
@@ -65,7 +65,7 @@ type Runner struct {
 	drainErr     error
 	pendingBuf   []rebalance.Commit
 	handlerCtx   context.Context
-	lostWaiting  []chan sinkReply
+	afterCommit  []chan sinkReply // Lost (or replacing Assigned) replies held until the commit in flight is answered
 }
 
 // New returns a Runner over src. It validates the options and returns a
@@ -389,15 +389,22 @@ func (r *Runner) onSink(req *sinkReq) {
 	}
 	switch req.kind {
 	case sinkAssigned:
+		replaced := false
 		for i, a := range req.assigns {
 			var f Applied
 			if req.applied != nil {
 				f = req.applied[i]
 			}
-			r.assign(a, f)
+			replaced = r.assign(a, f) || replaced
 		}
 		r.checkDrains() // an assignment can replace (lose) a partition a drain waits on
 		r.flushFlow()   // under the global cap, new partitions start paused
+		if replaced && r.committing != nil {
+			// The replaced assignments were lost: answer as for Lost, once
+			// a commit built for them can no longer reach the source.
+			r.afterCommit = append(r.afterCommit, req.reply)
+			return
+		}
 		req.reply <- sinkReply{}
 	case sinkFetched:
 		for i := range req.batches {
@@ -419,7 +426,7 @@ func (r *Runner) onSink(req *sinkReq) {
 			// the source. Answer only after it was answered, so the
 			// source cannot rejoin, get the partition back and then send
 			// that old offset under the new generation.
-			r.lostWaiting = append(r.lostWaiting, req.reply)
+			r.afterCommit = append(r.afterCommit, req.reply)
 			return
 		}
 		req.reply <- sinkReply{}
@@ -449,12 +456,15 @@ func (r *Runner) onSink(req *sinkReq) {
 	}
 }
 
-func (r *Runner) assign(a Assignment, applied Applied) {
+// assign sets up a new assignment of a.TP; it reports whether it replaced
+// one the runner still held (which it drops as lost).
+func (r *Runner) assign(a Assignment, applied Applied) (replaced bool) {
 	if old := r.parts[a.TP]; old != nil {
 		// A source reporting an assignment it already gave us has lost
 		// track; treat the old assignment as lost (never commit for it).
 		r.log.Warn("partition assigned again without a revoke; dropping the old assignment", "partition", a.TP.String())
 		r.lose(a.TP)
+		replaced = true
 	}
 	p := r.table.Assign(a.TP, a.Start)
 	ctx, cancel := context.WithCancel(r.handlerCtx)
@@ -471,6 +481,7 @@ func (r *Runner) assign(a Assignment, applied Applied) {
 	}
 	r.log.Debug("partition assigned", "partition", a.TP.String(), "epoch", uint64(ps.epoch), "start", a.Start,
 		"generation", a.Generation, "member", a.Member)
+	return replaced
 }
 
 func (r *Runner) deliver(b *Batch) {
@@ -852,10 +863,10 @@ func (r *Runner) tick() {
 
 func (r *Runner) onCommitted(c *commitReq) {
 	r.committing = nil
-	for _, reply := range r.lostWaiting {
+	for _, reply := range r.afterCommit {
 		reply <- sinkReply{}
 	}
-	r.lostWaiting = r.lostWaiting[:0]
+	r.afterCommit = r.afterCommit[:0]
 	r.tel.commitLatency.Record(context.Background(), c.took.Seconds())
 	if c.err != nil {
 		r.tel.commitFailures.Add(context.Background(), 1)

@@ -96,7 +96,10 @@ type Batch struct {
 // that every method returns ErrStopped at once.
 type Sink interface {
 	// Assigned sets up the partitions with fresh epochs before any of their
-	// records are delivered.
+	// records are delivered. A partition the runner still holds from an
+	// earlier assignment (no Revoked or Lost came between) is dropped as
+	// lost first, and then, as for Lost, Assigned returns only once no
+	// commit built before can still reach Source.Commit.
 	Assigned(ctx context.Context, parts []Assignment) error
 	// Revoked stops dispatch for tps, drains their in-flight handlers until
 	// everything is done or the deadline passes (zero: the runner's drain
