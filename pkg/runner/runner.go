@@ -616,7 +616,7 @@ func (r *Runner) onDone(t *task) {
 	r.totalBytes -= t.size
 	ps.unlink(t)
 
-	if t.res != resCancelled {
+	if t.res != resCancelled && t.res != resFenced {
 		switch ps.p.Complete(t.epoch, t.rec.Offset) {
 		case rebalance.Advanced:
 			r.applyPosition(ps)
@@ -625,7 +625,14 @@ func (r *Runner) onDone(t *task) {
 		}
 	}
 	if l := t.lane; l != nil && !ps.closed {
-		if next := l.waiting.pop(); next != nil {
+		if t.res == resFenced {
+			// The record belongs to the partition's next owner, who
+			// replays it and what follows it. The lane stays busy, so
+			// the rest of its key (or partition) waits too: should the
+			// fence have been transient, a later record of the key must
+			// not apply before this one (invariant 5). A revoke or loss
+			// drops what waits.
+		} else if next := l.waiting.pop(); next != nil {
 			r.ready.push(next)
 		} else {
 			l.busy = false

@@ -136,8 +136,10 @@ type DeadLetterWriter interface {
 // ErrFenced is returned, wrapped, by a handler that found its partition's
 // lease taken by a newer owner (pkg/inbox does this). The record is neither
 // completed nor retried: the attempt changed nothing, and the record belongs
-// to the new owner, who will handle it. It is counted in
-// tidemark.records.fenced.
+// to the new owner, who will handle it. Its lane stays held: the later
+// records of its key (KeyOrder) or partition (PartitionOrder) wait for the
+// revoke or loss that follows, so none of them applies before it. It is
+// counted in tidemark.records.fenced.
 var ErrFenced = errors.New("runner: fenced by a newer owner")
 
 // AssignHook runs once for each assignment report (Sink.Assigned), with

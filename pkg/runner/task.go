@@ -45,6 +45,7 @@ const (
 	resDeadLettered               // written to the dead-letter topic
 	resSkipped                    // skipped by the Skip policy
 	resCancelled                  // ctx ended first: not complete
+	resFenced                     // the handler returned ErrFenced: not complete, and its lane holds
 )
 
 // queue is an intrusive FIFO of tasks linked through nextQ.
@@ -82,7 +83,7 @@ func (q *queue) pop() *task {
 // (PartitionOrder): at most one of its tasks is ready or in flight at a time.
 type lane struct {
 	key     uint64 // the key's hash (KeyOrder)
-	busy    bool
+	busy    bool   // a task of the lane is ready or in flight, or the lane is held
 	waiting queue
 }
 

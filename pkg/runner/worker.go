@@ -162,7 +162,7 @@ func (r *Runner) execute(t *task) {
 		if errors.Is(err, ErrFenced) {
 			r.log.Warn("handler fenced by a newer owner; leaving the record to it", "record", rec.String(), "err", err)
 			r.tel.fenced.Add(ctx, 1)
-			t.res = resCancelled
+			t.res = resFenced
 			span.RecordError(err)
 			return
 		}
