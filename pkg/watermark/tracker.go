@@ -98,9 +98,14 @@ const minRing = 16
 // quarters of it are free, so its size stays within
 // max(MinRingBytes, SlotBytes × Outstanding()) at every call's return.
 const (
-	SlotBytes    = 4 * int(unsafe.Sizeof(slot{}))
-	MinRingBytes = minRing * int(unsafe.Sizeof(slot{}))
+	SlotBytes    = 64
+	MinRingBytes = 256
 )
+
+// The two constants are written out so that they stay untyped; these
+// constant indexes fail to compile if the slot's size ever changes.
+var _ = [1]struct{}{}[SlotBytes-4*unsafe.Sizeof(slot{})]
+var _ = [1]struct{}{}[MinRingBytes-minRing*unsafe.Sizeof(slot{})]
 
 // Tracker follows one partition in one assignment: the offsets delivered to
 // the application, in delivery order, and which of them are complete. The
