@@ -121,8 +121,7 @@ var _ = [1]struct{}{}[MinRingBytes-minRing*unsafe.Sizeof(slot{})]
 // record, and MinRingBytes at least (the runner bounds the outstanding
 // records by pausing the partition). A window that stays within one size
 // allocates nothing; a burst that fills and empties the ring reallocates it
-// O(log burst) times. [Tracker.Reset] keeps a ring of the least size for the
-// next assignment.
+// O(log burst) times. [Tracker.Reset] releases the ring.
 //
 // The zero Tracker is ready to use and behaves as New(Unknown). A Tracker is
 // not safe for concurrent use: the runner's poll goroutine owns it.
@@ -147,14 +146,11 @@ func New(start int64) *Tracker {
 }
 
 // Reset forgets everything and starts a new assignment at start, as New
-// does. It keeps the ring if it has the least size, so that a new
-// assignment of a quiet partition does not allocate, and releases a larger
-// one.
+// does. It releases the ring: the new assignment allocates one of the least
+// size on its first delivery, and the tracker of an assignment that ended
+// holds nothing.
 func (t *Tracker) Reset(start int64) {
-	t.head, t.n, t.next = 0, 0, 0
-	if len(t.ring) > minRing {
-		t.ring = nil
-	}
+	t.head, t.n, t.next, t.ring = 0, 0, 0, nil
 	if start < 0 {
 		t.started, t.start, t.safe = false, Unknown, Unknown
 		return

@@ -365,4 +365,9 @@ func TestTrackerRingShrinks(t *testing.T) {
 	if held > bound+64<<10 {
 		t.Fatalf("%d records outstanding after a peak of %d hold %d bytes; want at most %d (+64 KiB noise)", tr.Outstanding(), peak, held, bound)
 	}
+	// An assignment that ended holds no ring.
+	tr.Reset(0)
+	if n := watermark.RingLen(tr); n != 0 {
+		t.Fatalf("after Reset the ring has %d slots, want none", n)
+	}
 }
