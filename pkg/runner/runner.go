@@ -504,7 +504,7 @@ func (r *Runner) deliver(b *Batch) {
 			continue
 		}
 		t := r.newTask()
-		t.rec = *rec
+		copyRecord(&t.rec, rec)
 		t.handler = h
 		t.ps = ps
 		t.epoch = ps.epoch

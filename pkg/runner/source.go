@@ -113,10 +113,12 @@ type Sink interface {
 	// built before the loss can still reach Source.Commit.
 	Lost(ctx context.Context, tps []TP) error
 	// Fetched hands over records. It returns how many records the next poll
-	// may take without pushing any unpaused partition past its high water
-	// mark (at least 1). Called with no batches it only returns that budget:
-	// sources call it so before their first poll. The runner copies what it
-	// keeps: the source may reuse the batches' memory once it returned.
+	// may take, in all, without pushing any unpaused partition past its high
+	// water mark (at least 1). Called with no
+	// batches it only returns that budget: sources call it so before their
+	// first poll. The runner copies everything it keeps, the records' key,
+	// value and header bytes included: the source may reuse or release the
+	// batches' memory, and its client's buffers, once it returned.
 	Fetched(ctx context.Context, batches []Batch) (budget int, err error)
 }
 
