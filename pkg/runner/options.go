@@ -140,15 +140,24 @@ func WaterMarks(high, low int) Option {
 	return func(c *config) { c.highRecords, c.lowRecords = high, low }
 }
 
-// ByteWaterMarks is WaterMarks in bytes of key, value and headers. Defaults
-// 16 MiB and 8 MiB.
+// ByteWaterMarks is WaterMarks in bytes: what the partition's buffered and
+// in-flight records are charged, their key, value and header bytes as
+// allocated plus RecordOverhead each. A poll can overshoot the high mark by
+// the bytes it brings. Defaults 16 MiB and 8 MiB.
 func ByteWaterMarks(high, low int64) Option {
 	return func(c *config) { c.highBytes, c.lowBytes = high, low }
 }
 
-// MaxBufferedBytes caps the bytes buffered and in flight across all
-// partitions; at the cap every partition is paused until the total falls to
-// half of it. Default 256 MiB.
+// MaxBufferedBytes caps what the consumer holds for records: its source's
+// share (SourceShare of it, see FetchLimits) and the runner's charge for
+// the records it buffers and runs (key, value and header bytes as allocated
+// plus RecordOverhead each, and the tracker slots of finished records
+// behind unfinished ones). The runner pauses every partition once its
+// charge reaches its own share less what one hand-over from the source can
+// add (so that it stays within its share after it) and less what its free
+// lists keep, and resumes them at half of that: docs/runner.md has the
+// formula. New fails if that leaves no room. PartitionOverhead per owned
+// partition comes on top. Default 256 MiB.
 func MaxBufferedBytes(n int64) Option { return func(c *config) { c.maxBytes = n } }
 
 // RecordShape states what the memory bound (MaxBufferedBytes) assumes of
@@ -274,6 +283,10 @@ func (c *config) validate() error {
 		return bad("Logger", "nil logger")
 	case c.minRecordBytes < 1 || c.maxCompression < 1:
 		return bad("RecordShape", "need minBytes >= 1 and maxCompression >= 1, got %d and %g", c.minRecordBytes, c.maxCompression)
+	}
+	if pauseAt, handover, free := c.globalLimits(); pauseAt < 1 {
+		return bad("MaxBufferedBytes", "%d leaves the runner no room: its source takes %g of it, one hand-over can add %d bytes and the free lists keep %d (raise it, or narrow the WaterMarks' gap)",
+			c.maxBytes, SourceShare, handover, free)
 	}
 	return nil
 }

@@ -56,15 +56,6 @@ func (r *Record) Header(key string) ([]byte, bool) {
 	return nil, false
 }
 
-// size is what the record counts against the byte water marks.
-func (r *Record) size() int64 {
-	n := int64(len(r.Key) + len(r.Value))
-	for i := range r.Headers {
-		n += int64(len(r.Headers[i].Key) + len(r.Headers[i].Value))
-	}
-	return n
-}
-
 // Handler processes one record. A nil error marks the record complete; an
 // error (or a panic, which the runner recovers) is a failed attempt that the
 // failure policy retries, dead-letters or skips. ctx is cancelled when the

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/pkg/rebalance"
+	"github.com/tidemark/tidemark/pkg/watermark"
 )
 
 // Runner consumes records from a Source and runs the registered handlers on
@@ -47,15 +48,19 @@ type Runner struct {
 	table        *rebalance.Table
 	parts        map[TP]*partState
 	ready        queue
-	inflight     int // tasks queued for or running on workers
-	totalBytes   int64
+	inflight     int   // tasks queued for or running on workers
+	totalBytes   int64 // what buffered and in-flight records are charged (memory.go)
+	slotBytes    int64 // what owned partitions' tracker slots are charged
+	heldBytes    int64 // what lanes held by fenced records are charged
 	totalCount   int
+	pauseAt      int64 // the charge at which every partition pauses (globalLimits)
 	globalPaused bool
 	flowDirty    []*partState
 	pauseBuf     []TP
 	resumeBuf    []TP
-	free         []*task
-	freeLanes    []*lane
+	overhead     int64        // RecordOverhead(cfg.ordering) less the tracker slot, charged separately
+	free         []*task      // at most freeCap
+	freeLanes    []*lane      // at most freeCap
 	keySeed      maphash.Seed // hashes KeyOrder's keys into lanes
 	drains       []*drain
 	drainTimer   *time.Timer
@@ -99,6 +104,8 @@ func New(src Source, opts ...Option) (*Runner, error) {
 		keySeed:   maphash.MakeSeed(),
 	}
 	r.workq.cond.L = &r.workq.mu
+	r.pauseAt, _, _ = cfg.globalLimits()
+	r.overhead = RecordOverhead(cfg.ordering) - watermark.SlotBytes
 	if cfg.policy.kind == policyDeadLetter {
 		r.dlw = cfg.policy.writer
 		if r.dlw == nil {
@@ -504,11 +511,10 @@ func (r *Runner) deliver(b *Batch) {
 			continue
 		}
 		t := r.newTask()
-		copyRecord(&t.rec, rec)
+		t.size = copyRecord(&t.rec, rec) + r.overhead
 		t.handler = h
 		t.ps = ps
 		t.epoch = ps.epoch
-		t.size = rec.size()
 		t.delivered = now
 		ps.link(t)
 		ps.count++
@@ -522,6 +528,7 @@ func (r *Runner) deliver(b *Batch) {
 		}
 		r.enqueue(ps, t)
 	}
+	r.setSlots(ps)
 	if b.HighWatermark > ps.hwm {
 		ps.hwm = b.HighWatermark
 	}
@@ -548,6 +555,7 @@ func (r *Runner) enqueue(ps *partState, t *task) {
 			if l == nil {
 				l = r.newLane(h)
 				ps.lanes[h] = l
+				ps.lanePeak = max(ps.lanePeak, len(ps.lanes))
 			}
 		}
 	case PartitionOrder:
@@ -619,6 +627,7 @@ func (r *Runner) onDone(t *task) {
 	if t.res != resCancelled && t.res != resFenced {
 		switch ps.p.Complete(t.epoch, t.rec.Offset) {
 		case rebalance.Advanced:
+			r.setSlots(ps)
 			r.applyPosition(ps)
 		case rebalance.OldAssignment, rebalance.NotOwner:
 			r.tel.stale.Add(context.Background(), 1)
@@ -631,18 +640,22 @@ func (r *Runner) onDone(t *task) {
 			// the rest of its key (or partition) waits too: should the
 			// fence have been transient, a later record of the key must
 			// not apply before this one (invariant 5). A revoke or loss
-			// drops what waits.
+			// drops what waits. The lane stays charged meanwhile.
+			if !l.held {
+				l.held = true
+				ps.held++
+				r.heldBytes += laneCharge
+			}
 		} else if next := l.waiting.pop(); next != nil {
 			r.ready.push(next)
 		} else {
+			// An idle key lane stays in the map, a cache for a key that
+			// comes back, until trimLanes drops it.
 			l.busy = false
-			// An idle key lane stays in the map: most keys come back, and
-			// making a lane costs the key's string. sweepLanes bounds the
-			// idle ones.
-			if r.cfg.ordering == KeyOrder && len(ps.lanes) > r.laneCap() {
-				r.sweepLanes(ps)
-			}
 		}
+	}
+	if r.cfg.ordering == KeyOrder && !ps.closed {
+		r.trimLanes(ps)
 	}
 	r.freeTask(t)
 	if !ps.closed {
@@ -652,21 +665,6 @@ func (r *Runner) onDone(t *task) {
 	}
 	if ps.revoking && ps.inflight == 0 {
 		r.checkDrains()
-	}
-}
-
-// laneCap is how many key lanes a partition keeps before idle ones are
-// dropped: at most one lane per buffered record is ever busy, so idle lanes
-// beyond the high water mark are only a cache.
-func (r *Runner) laneCap() int { return 2 * r.cfg.highRecords }
-
-// sweepLanes drops a partition's idle key lanes.
-func (r *Runner) sweepLanes(ps *partState) {
-	for k, l := range ps.lanes {
-		if !l.busy {
-			delete(ps.lanes, k)
-			r.freeLane(l)
-		}
 	}
 }
 
@@ -731,6 +729,7 @@ func (r *Runner) lose(tp TP) {
 	r.table.Lose(tp)
 	ps.closed = true
 	ps.cancel()
+	r.release(ps)
 	delete(r.parts, tp)
 	r.tel.lost.Add(context.Background(), 1)
 	r.log.Warn("partition lost; nothing will be committed for it", "partition", tp.String(), "epoch", uint64(ps.epoch), "in_flight", ps.inflight)
@@ -917,6 +916,7 @@ func (r *Runner) finishDrains(ds []*drain, commitErr error) {
 			final, _ := r.table.Revoke(tp)
 			ps.closed = true
 			ps.cancel()
+			r.release(ps)
 			delete(r.parts, tp)
 			r.log.Info("partition revoked", "partition", tp.String(), "epoch", uint64(ps.epoch), "safe", final, "acknowledged", ps.p.Acknowledged(), "unfinished", ps.inflight)
 		}
@@ -935,132 +935,6 @@ func (r *Runner) finishDrains(ds []*drain, commitErr error) {
 			d.reply <- err
 		}
 	}
-}
-
-// budget is how many records the next poll may take without pushing an
-// unpaused partition past its high water mark. It is never below
-// pollChunk, because checkFlow pauses a partition once its room falls below
-// that: a single nearly full partition must not shrink every poll to a few
-// records.
-func (r *Runner) budget() int {
-	// A paused partition is fetched again only after it was resumed at the
-	// low water mark, and a poll issued now may return only after that: its
-	// room counts as high minus low.
-	b := r.cfg.highRecords - r.cfg.lowRecords
-	for _, ps := range r.parts {
-		if ps.paused || ps.revoking {
-			continue
-		}
-		if room := r.cfg.highRecords - ps.count; room < b {
-			b = room
-		}
-	}
-	return max(b, 1)
-}
-
-// pollChunk is the least room an unpaused partition keeps below its high
-// water mark: half the gap between the water marks.
-func (r *Runner) pollChunk() int {
-	return max((r.cfg.highRecords-r.cfg.lowRecords)/2, 1)
-}
-
-// checkFlow pauses a partition when the next poll could push it past its
-// high water mark (its room is below pollChunk, or its bytes reached the byte
-// high water mark), resumes it at the low water marks, and applies the
-// global byte cap.
-func (r *Runner) checkFlow(ps *partState) {
-	if !ps.revoking {
-		switch {
-		case !ps.paused && (r.cfg.highRecords-ps.count < r.pollChunk() || ps.bytes >= r.cfg.highBytes):
-			ps.paused = true
-			r.flowDirty = append(r.flowDirty, ps)
-		case ps.paused && ps.count <= r.cfg.lowRecords && ps.bytes <= r.cfg.lowBytes:
-			ps.paused = false
-			r.flowDirty = append(r.flowDirty, ps)
-		}
-	}
-	r.checkGlobal()
-}
-
-// checkGlobal applies the global byte cap: every partition pauses while the
-// total is at the cap and resumes once it fell to half. It runs whenever the
-// total falls, including when a lost or revoked partition's bytes leave it.
-func (r *Runner) checkGlobal() {
-	switch {
-	case !r.globalPaused && r.totalBytes >= r.cfg.maxBytes:
-		r.globalPaused = true
-		for _, p := range r.parts {
-			r.flowDirty = append(r.flowDirty, p)
-		}
-	case r.globalPaused && r.totalBytes <= r.cfg.maxBytes/2:
-		r.globalPaused = false
-		for _, p := range r.parts {
-			r.flowDirty = append(r.flowDirty, p)
-		}
-	}
-}
-
-// flushFlow tells the source about partitions whose paused state changed.
-func (r *Runner) flushFlow() {
-	if len(r.flowDirty) == 0 {
-		return
-	}
-	r.pauseBuf, r.resumeBuf = r.pauseBuf[:0], r.resumeBuf[:0]
-	for _, ps := range r.flowDirty {
-		if ps.closed {
-			continue
-		}
-		want := (ps.paused || r.globalPaused || r.stopping) && !ps.revoking
-		if r.stopping {
-			want = true
-		}
-		if want == ps.srcPaused {
-			continue
-		}
-		ps.srcPaused = want
-		if want {
-			r.pauseBuf = append(r.pauseBuf, ps.tp)
-		} else {
-			r.resumeBuf = append(r.resumeBuf, ps.tp)
-		}
-	}
-	r.flowDirty = r.flowDirty[:0]
-	if len(r.pauseBuf) > 0 {
-		r.src.Pause(r.pauseBuf)
-		r.tel.pauses.Add(context.Background(), int64(len(r.pauseBuf)))
-	}
-	if len(r.resumeBuf) > 0 {
-		r.src.Resume(r.resumeBuf)
-	}
-}
-
-func (r *Runner) newTask() *task {
-	if n := len(r.free); n > 0 {
-		t := r.free[n-1]
-		r.free = r.free[:n-1]
-		return t
-	}
-	return &task{}
-}
-
-func (r *Runner) freeTask(t *task) {
-	*t = task{}
-	r.free = append(r.free, t)
-}
-
-func (r *Runner) newLane(key uint64) *lane {
-	if n := len(r.freeLanes); n > 0 {
-		l := r.freeLanes[n-1]
-		r.freeLanes = r.freeLanes[:n-1]
-		l.key = key
-		return l
-	}
-	return &lane{key: key}
-}
-
-func (r *Runner) freeLane(l *lane) {
-	*l = lane{}
-	r.freeLanes = append(r.freeLanes, l)
 }
 
 // committer is the one goroutine that calls Source.Commit, one request at a

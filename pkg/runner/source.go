@@ -202,6 +202,8 @@ type FetchLimits struct {
 	// its client's fetch buffers as they came from the broker, decompressed
 	// and decoded, and the adapter's own copies of records it took from the
 	// client and has not handed over. It is SourceShare of MaxBufferedBytes.
+	// The runner's own limit assumes it: a hand-over brings at most Bytes
+	// of key, value and header bytes.
 	Bytes int64
 	// PartitionBytes is the most one partition's records from one fetch
 	// should bring: the gap between the byte water marks, the room a

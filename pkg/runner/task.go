@@ -84,6 +84,7 @@ func (q *queue) pop() *task {
 type lane struct {
 	key     uint64 // the key's hash (KeyOrder)
 	busy    bool   // a task of the lane is ready or in flight, or the lane is held
+	held    bool   // held by a fenced record until the partition's assignment ends
 	waiting queue
 }
 
@@ -102,11 +103,14 @@ type partState struct {
 	// lanes holds KeyOrder's lanes by the hash of the key (seeded per
 	// runner). Two keys whose 64-bit hashes collide share a lane: they run
 	// one after the other, which costs parallelism, never order.
-	lanes map[uint64]*lane
-	lane  *lane // PartitionOrder
+	lanes    map[uint64]*lane
+	lanePeak int   // the most lanes since the map was made (trimLanes)
+	held     int   // lanes held by fenced records
+	lane     *lane // PartitionOrder
 
 	count     int   // buffered + in flight
-	bytes     int64 // buffered + in flight
+	bytes     int64 // what buffered and in-flight records are charged
+	slotBytes int64 // what its tracker slots are charged
 	inflight  int
 	paused    bool // paused by this partition's water marks
 	srcPaused bool // what the source was last told

@@ -70,6 +70,9 @@ func newTelemetry(mp metric.MeterProvider, r *Runner) (*telemetry, error) {
 	t.replaySkipped = counter("tidemark.records.replay_skipped", "Records completed without running the handler because they were already applied.")
 	t.fenced = counter("tidemark.records.fenced", "Handler attempts fenced by a newer owner of the partition.")
 	t.commitFailures = counter("tidemark.commit.failures", "Commit requests that failed or had an unknown outcome.")
+	if err != nil {
+		return nil, err
+	}
 	t.duration, err = m.Float64Histogram("tidemark.handler.duration", metric.WithUnit("s"), metric.WithDescription("Time from a record's first attempt to its success."))
 	if err != nil {
 		return nil, err
@@ -78,12 +81,24 @@ func newTelemetry(mp metric.MeterProvider, r *Runner) (*telemetry, error) {
 	if err != nil {
 		return nil, err
 	}
-	inflight, _ := m.Int64ObservableGauge("tidemark.records.in_flight", metric.WithDescription("Records whose handler is running."))
-	buffered, _ := m.Int64ObservableGauge("tidemark.records.buffered", metric.WithDescription("Records fetched and not finished (buffered plus in flight)."))
-	paused, _ := m.Int64ObservableGauge("tidemark.partitions.paused", metric.WithDescription("Partitions paused by flow control."))
-	owned, _ := m.Int64ObservableGauge("tidemark.partitions.owned", metric.WithDescription("Partitions assigned to this member."))
-	oldest, _ := m.Float64ObservableGauge("tidemark.record.oldest_age", metric.WithUnit("s"), metric.WithDescription("Age of the oldest unfinished record, per partition."))
-	lag, _ := m.Int64ObservableGauge("tidemark.consumer.lag", metric.WithDescription("High watermark minus the acknowledged committed offset, per partition."))
+	gauge := func(name, desc string, opts ...metric.Int64ObservableGaugeOption) metric.Int64ObservableGauge {
+		g, e := m.Int64ObservableGauge(name, append(opts, metric.WithDescription(desc))...)
+		if e != nil && err == nil {
+			err = e
+		}
+		return g
+	}
+	inflight := gauge("tidemark.records.in_flight", "Records whose handler is running.")
+	buffered := gauge("tidemark.records.buffered", "Records fetched and not finished (buffered plus in flight).")
+	charged := gauge("tidemark.records.bytes", "What the runner charges against MaxBufferedBytes: its records' key, value and header bytes as allocated plus RecordOverhead each, and the tracker slots of finished records behind unfinished ones.", metric.WithUnit("By"))
+	paused := gauge("tidemark.partitions.paused", "Partitions paused by flow control.")
+	owned := gauge("tidemark.partitions.owned", "Partitions assigned to this member.")
+	lag := gauge("tidemark.consumer.lag", "High watermark minus the acknowledged committed offset, per partition.")
+	oldest, e := m.Float64ObservableGauge("tidemark.record.oldest_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest unfinished record, per partition."))
+	if e != nil && err == nil {
+		err = e
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -91,23 +106,25 @@ func newTelemetry(mp metric.MeterProvider, r *Runner) (*telemetry, error) {
 		s := r.Stats()
 		o.ObserveInt64(inflight, int64(s.InFlight))
 		o.ObserveInt64(buffered, int64(s.Buffered))
+		o.ObserveInt64(charged, s.Bytes)
 		o.ObserveInt64(owned, int64(len(s.Partitions)))
 		var np int64
-		for _, p := range s.Partitions {
-			attrs := metric.WithAttributes(
+		for i := range s.Partitions {
+			p := &s.Partitions[i]
+			part := metric.WithAttributes(
 				attribute.String("messaging.destination.name", p.TP.Topic),
 				attribute.Int("messaging.destination.partition.id", int(p.TP.Partition)))
 			if p.Paused {
 				np++
 			}
-			o.ObserveFloat64(oldest, p.OldestAge.Seconds(), attrs)
+			o.ObserveFloat64(oldest, p.OldestAge.Seconds(), part)
 			if p.HighWatermark >= 0 && p.Acknowledged >= 0 {
-				o.ObserveInt64(lag, max(p.HighWatermark-p.Acknowledged, 0), attrs)
+				o.ObserveInt64(lag, max(p.HighWatermark-p.Acknowledged, 0), part)
 			}
 		}
 		o.ObserveInt64(paused, np)
 		return nil
-	}, inflight, buffered, paused, owned, oldest, lag)
+	}, inflight, buffered, charged, paused, owned, oldest, lag)
 	if err != nil {
 		return nil, err
 	}
@@ -217,9 +234,14 @@ type Stats struct {
 	// intervals: the loop itself is stuck, not a handler.
 	LoopAt time.Time
 	// Stopping is true once a shutdown began.
-	Stopping   bool
-	InFlight   int
-	Buffered   int
+	Stopping bool
+	InFlight int
+	Buffered int
+	// Bytes is what the runner charges against MaxBufferedBytes: its
+	// records' key, value and header bytes as allocated plus
+	// RecordOverhead each, and the tracker slots of finished records
+	// behind unfinished ones.
+	Bytes      int64
 	Partitions []PartitionStats
 }
 
@@ -232,7 +254,10 @@ type PartitionStats struct {
 	HighWatermark int64
 	Buffered      int
 	InFlight      int
-	Paused        bool
+	// Bytes is what its buffered and in-flight records are charged (what
+	// ByteWaterMarks bound).
+	Bytes  int64
+	Paused bool
 	// OldestAge is how long the oldest unfinished record has waited since it
 	// was fetched; zero when none is unfinished.
 	OldestAge time.Duration
@@ -254,11 +279,11 @@ func (r *Runner) Stats() Stats {
 
 func (r *Runner) publishStats() {
 	now := time.Now()
-	s := Stats{LoopAt: now, Stopping: r.stopping, InFlight: r.inflight, Buffered: r.totalCount}
+	s := Stats{LoopAt: now, Stopping: r.stopping, InFlight: r.inflight, Buffered: r.totalCount, Bytes: r.charged()}
 	for _, ps := range r.parts {
 		p := PartitionStats{
 			TP: ps.tp, Epoch: uint64(ps.epoch), Safe: ps.p.Safe(), Acknowledged: ps.p.Acknowledged(),
-			HighWatermark: ps.hwm, Buffered: ps.count, InFlight: ps.inflight, Paused: ps.srcPaused,
+			HighWatermark: ps.hwm, Buffered: ps.count, InFlight: ps.inflight, Bytes: ps.bytes, Paused: ps.srcPaused,
 		}
 		if ps.oldest != nil {
 			p.OldestAge = now.Sub(ps.oldest.delivered)

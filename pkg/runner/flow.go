@@ -1,0 +1,113 @@
+package runner
+
+import (
+	"context"
+)
+
+// Flow control (invariant 6). A partition is paused when the next poll
+// could push it past its high water mark (its room is below pollChunk), or
+// its bytes reached the byte high water mark; it is resumed at the low
+// marks. Every partition is paused while the runner's charge is at its
+// global limit.
+
+// pollChunk is the least room an unpaused partition keeps below its high
+// water mark: half the gap between the water marks.
+func (r *Runner) pollChunk() int {
+	return max((r.cfg.highRecords-r.cfg.lowRecords)/2, 1)
+}
+
+// room is how many records a poll may bring to ps without passing its high
+// water mark.
+func (r *Runner) room(ps *partState) int { return r.cfg.highRecords - ps.count }
+
+// budget is how many records the next poll may take without pushing an
+// unpaused partition past its high water mark. It is never
+// below pollChunk, because checkFlow pauses a partition once its room falls
+// below that: a single nearly full partition must not shrink every poll to
+// a few records.
+func (r *Runner) budget() int {
+	// A paused partition is fetched again only after it was resumed at the
+	// low water mark, and a poll issued now may return only after that: its
+	// room counts as high minus low.
+	b := r.cfg.highRecords - r.cfg.lowRecords
+	for _, ps := range r.parts {
+		if ps.paused || ps.revoking {
+			continue
+		}
+		b = min(b, r.room(ps))
+	}
+	return max(b, 1)
+}
+
+// checkFlow pauses a partition when the next poll could push it past its
+// high water mark (its room is below pollChunk), or its bytes reached the
+// byte high water mark, and resumes it at the low water marks. It then
+// applies the global limit.
+func (r *Runner) checkFlow(ps *partState) {
+	if !ps.revoking && !ps.closed {
+		cfg := &r.cfg
+		switch {
+		case !ps.paused && (r.room(ps) < r.pollChunk() || ps.bytes >= cfg.highBytes):
+			ps.paused = true
+			r.flowDirty = append(r.flowDirty, ps)
+		case ps.paused && ps.count <= cfg.lowRecords && ps.bytes <= cfg.lowBytes:
+			ps.paused = false
+			r.flowDirty = append(r.flowDirty, ps)
+		}
+	}
+	r.checkGlobal()
+}
+
+// checkGlobal applies the global limit: every partition pauses while the
+// runner's charge is at pauseAt and resumes once it fell to half. It runs
+// whenever the charge falls, including when a lost or revoked partition's
+// records leave it.
+func (r *Runner) checkGlobal() {
+	switch c := r.charged(); {
+	case !r.globalPaused && c >= r.pauseAt:
+		r.globalPaused = true
+		for _, p := range r.parts {
+			r.flowDirty = append(r.flowDirty, p)
+		}
+	case r.globalPaused && c <= r.pauseAt/2:
+		r.globalPaused = false
+		for _, p := range r.parts {
+			r.flowDirty = append(r.flowDirty, p)
+		}
+	}
+}
+
+// flushFlow tells the source about partitions whose paused state changed.
+func (r *Runner) flushFlow() {
+	if len(r.flowDirty) == 0 {
+		return
+	}
+	r.pauseBuf, r.resumeBuf = r.pauseBuf[:0], r.resumeBuf[:0]
+	for _, ps := range r.flowDirty {
+		if ps.closed {
+			continue
+		}
+		want := (ps.paused || r.globalPaused || r.stopping) && !ps.revoking
+		if r.stopping {
+			want = true
+		}
+		if want == ps.srcPaused {
+			continue
+		}
+		ps.srcPaused = want
+		if want {
+			r.pauseBuf = append(r.pauseBuf, ps.tp)
+		} else {
+			r.resumeBuf = append(r.resumeBuf, ps.tp)
+		}
+	}
+	clear(r.flowDirty)
+	r.flowDirty = r.flowDirty[:0]
+	if len(r.pauseBuf) > 0 {
+		r.src.Pause(r.pauseBuf)
+		r.tel.pauses.Add(context.Background(), int64(len(r.pauseBuf)))
+	}
+	if len(r.resumeBuf) > 0 {
+		r.src.Resume(r.resumeBuf)
+	}
+}
