@@ -5,23 +5,25 @@ import (
 )
 
 // Flow control (invariant 6). A partition is paused when the next poll
-// could push it past its high water mark (its room is below pollChunk), or
-// its bytes reached the byte high water mark; it is resumed at the low
-// marks. Every partition is paused while the runner's charge is at its
-// global limit.
+// could push it past its high water mark or its uncommitted window (its
+// room is below pollChunk), or its bytes reached the byte high water mark;
+// it is resumed at the low marks. Every partition is paused while the
+// runner's charge is at its global limit.
 
 // pollChunk is the least room an unpaused partition keeps below its high
-// water mark: half the gap between the water marks.
+// water mark and its window: half the gap between the water marks.
 func (r *Runner) pollChunk() int {
 	return max((r.cfg.highRecords-r.cfg.lowRecords)/2, 1)
 }
 
 // room is how many records a poll may bring to ps without passing its high
-// water mark.
-func (r *Runner) room(ps *partState) int { return r.cfg.highRecords - ps.count }
+// water mark or its uncommitted window.
+func (r *Runner) room(ps *partState) int {
+	return min(r.cfg.highRecords-ps.count, r.cfg.window-ps.p.Tracker().Outstanding())
+}
 
 // budget is how many records the next poll may take without pushing an
-// unpaused partition past its high water mark. It is never
+// unpaused partition past its high water mark or its window. It is never
 // below pollChunk, because checkFlow pauses a partition once its room falls
 // below that: a single nearly full partition must not shrink every poll to
 // a few records.
@@ -40,19 +42,31 @@ func (r *Runner) budget() int {
 }
 
 // checkFlow pauses a partition when the next poll could push it past its
-// high water mark (its room is below pollChunk), or its bytes reached the
-// byte high water mark, and resumes it at the low water marks. It then
-// applies the global limit.
+// high water mark or its window (its room is below pollChunk), or its bytes
+// reached the byte high water mark; it resumes it at the low water marks
+// (the window's low mark is the window less the gap between the water
+// marks). It then applies the global limit.
 func (r *Runner) checkFlow(ps *partState) {
 	if !ps.revoking && !ps.closed {
 		cfg := &r.cfg
+		outstanding := ps.p.Tracker().Outstanding()
 		switch {
 		case !ps.paused && (r.room(ps) < r.pollChunk() || ps.bytes >= cfg.highBytes):
 			ps.paused = true
 			r.flowDirty = append(r.flowDirty, ps)
-		case ps.paused && ps.count <= cfg.lowRecords && ps.bytes <= cfg.lowBytes:
+		case ps.paused && ps.count <= cfg.lowRecords && ps.bytes <= cfg.lowBytes &&
+			outstanding <= cfg.window-(cfg.highRecords-cfg.lowRecords):
 			ps.paused = false
+			ps.windowWarned = false
 			r.flowDirty = append(r.flowDirty, ps)
+		}
+		if ps.paused && !ps.windowWarned && cfg.window-outstanding < r.pollChunk() {
+			ps.windowWarned = true
+			r.tel.windowFull.Add(context.Background(), 1)
+			o := r.oldest(ps)
+			r.log.Warn("partition paused: its uncommitted window is full behind its oldest unfinished record",
+				"partition", ps.tp.String(), "window", cfg.window, "outstanding", outstanding,
+				"oldest", o.record(ps.tp), "state", o.state.String(), "attempts", o.attempts, "err", o.err, "age", o.age)
 		}
 	}
 	r.checkGlobal()

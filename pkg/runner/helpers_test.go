@@ -1,14 +1,18 @@
 package runner_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/runner/runnertest"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
@@ -231,4 +235,65 @@ func records(p int32, from int64, n, keys int) []runner.Record {
 // batch is one Batch of recs for their partition.
 func batch(recs []runner.Record) runner.Batch {
 	return runner.Batch{TP: recs[0].TP(), Records: recs, Position: recs[len(recs)-1].Offset + 1, HighWatermark: -1}
+}
+
+// gauge returns the value of an Int64 gauge with one data point (the sum if
+// it has several).
+func (m *meter) gauge(t *testing.T, name string) int64 {
+	t.Helper()
+	var total int64
+	if g, ok := m.metric(t, name).(metricdata.Gauge[int64]); ok {
+		for _, dp := range g.DataPoints {
+			total += dp.Value
+		}
+	}
+	return total
+}
+
+// attr returns the value of attribute key on the first data point of the
+// Float64 gauge called name, or "".
+func (m *meter) attr(t *testing.T, name, key string) string {
+	t.Helper()
+	if g, ok := m.metric(t, name).(metricdata.Gauge[float64]); ok && len(g.DataPoints) > 0 {
+		if v, ok := g.DataPoints[0].Attributes.Value(attribute.Key(key)); ok {
+			return v.Emit()
+		}
+	}
+	return ""
+}
+
+// logBuffer collects a runner's log lines (text format).
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+
+// has reports whether one line contains every part.
+func (l *logBuffer) has(parts ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range strings.Split(l.buf.String(), "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(line, p)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }

@@ -99,6 +99,7 @@ type config struct {
 	assignHook     AssignHook
 	minRecordBytes int
 	maxCompression float64
+	window         int // 0: 2 * highRecords
 }
 
 // Option configures a Runner.
@@ -147,6 +148,20 @@ func WaterMarks(high, low int) Option {
 func ByteWaterMarks(high, low int64) Option {
 	return func(c *config) { c.highBytes, c.lowBytes = high, low }
 }
+
+// Window sets each partition's uncommitted window: the most records it may
+// have delivered and not yet behind its safe offset — buffered, in flight,
+// or finished behind an older record that has not (a record retried
+// forever under Block, or fenced, holds the commit while the records after
+// it finish). A partition is paused when the next poll could pass its
+// window, and resumed once the window is down by the gap between the water
+// marks: behind one stuck record the other keys go on until the window is
+// full, then the partition waits, and memory stays flat. Stats and the
+// tidemark.partition.uncommitted gauge show it; a partition paused with a
+// full window is logged, with the oldest unfinished record and why it has
+// not finished. It must be at least the high water mark. Default twice the
+// high water mark.
+func Window(records int) Option { return func(c *config) { c.window = records } }
 
 // MaxBufferedBytes caps what the consumer holds for records: its source's
 // share (SourceShare of it, see FetchLimits) and the runner's charge for
@@ -261,6 +276,8 @@ func (c *config) validate() error {
 		return bad("WaterMarks", "need 0 <= low < high and high >= 1, got high %d low %d", c.highRecords, c.lowRecords)
 	case c.highBytes < 1 || c.lowBytes < 0 || c.lowBytes >= c.highBytes:
 		return bad("ByteWaterMarks", "need 0 <= low < high and high >= 1, got high %d low %d", c.highBytes, c.lowBytes)
+	case c.window != 0 && c.window < c.highRecords:
+		return bad("Window", "%d is below the high water mark %d", c.window, c.highRecords)
 	case c.maxBytes < c.highBytes:
 		return bad("MaxBufferedBytes", "%d is below the byte high water mark %d", c.maxBytes, c.highBytes)
 	case c.commitInterval <= 0:
@@ -283,6 +300,9 @@ func (c *config) validate() error {
 		return bad("Logger", "nil logger")
 	case c.minRecordBytes < 1 || c.maxCompression < 1:
 		return bad("RecordShape", "need minBytes >= 1 and maxCompression >= 1, got %d and %g", c.minRecordBytes, c.maxCompression)
+	}
+	if c.window == 0 {
+		c.window = 2 * c.highRecords
 	}
 	if pauseAt, handover, free := c.globalLimits(); pauseAt < 1 {
 		return bad("MaxBufferedBytes", "%d leaves the runner no room: its source takes %g of it, one hand-over can add %d bytes and the free lists keep %d (raise it, or narrow the WaterMarks' gap)",

@@ -475,7 +475,8 @@ func (r *Runner) assign(a Assignment, applied Applied) (replaced bool) {
 	}
 	p := r.table.Assign(a.TP, a.Start)
 	ctx, cancel := context.WithCancel(r.handlerCtx)
-	ps := &partState{p: p, epoch: p.Epoch(), tp: a.TP, ctx: ctx, cancel: cancel, pendingPos: -1, hwm: -1, applied: applied}
+	ps := &partState{p: p, epoch: p.Epoch(), tp: a.TP, ctx: ctx, cancel: cancel, pendingPos: -1, hwm: -1, applied: applied,
+		fencedOff: -1}
 	switch r.cfg.ordering {
 	case KeyOrder:
 		ps.lanes = map[uint64]*lane{}
@@ -632,6 +633,11 @@ func (r *Runner) onDone(t *task) {
 		case rebalance.OldAssignment, rebalance.NotOwner:
 			r.tel.stale.Add(context.Background(), 1)
 		}
+	}
+	if t.res == resFenced && !ps.closed && (ps.fencedOff < 0 || t.rec.Offset < ps.fencedOff) {
+		// The safe offset never passes it in this assignment: remember
+		// it for the oldest-unfinished stats.
+		ps.fencedOff, ps.fencedAt, ps.fencedErr = t.rec.Offset, t.delivered, t.failure()
 	}
 	if l := t.lane; l != nil && !ps.closed {
 		if t.res == resFenced {

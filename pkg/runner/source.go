@@ -114,7 +114,7 @@ type Sink interface {
 	Lost(ctx context.Context, tps []TP) error
 	// Fetched hands over records. It returns how many records the next poll
 	// may take, in all, without pushing any unpaused partition past its high
-	// water mark (at least 1). Called with no
+	// water mark or its uncommitted window (at least 1). Called with no
 	// batches it only returns that budget: sources call it so before their
 	// first poll. The runner copies everything it keeps, the records' key,
 	// value and header bytes included: the source may reuse or release the

@@ -25,6 +25,9 @@ type task struct {
 	// Set by the worker before it hands the task back.
 	res      result
 	attempts int
+	// fail is the last failed attempt, set by the worker as it happens (the
+	// poll goroutine reads it for the oldest-unfinished stats).
+	fail atomic.Pointer[failure]
 
 	started bool // dispatched to a worker
 	dropped bool // removed by a revoke, lost or shutdown before it started
@@ -35,6 +38,20 @@ type task struct {
 	// nextQ links the task in its lane's queue, the ready queue, the
 	// workers' queue or the finished list: it is in one at a time.
 	nextQ *task
+}
+
+// failure is a task's last failed attempt.
+type failure struct {
+	attempts int
+	err      string
+}
+
+// failure returns the message of t's last failed attempt, or "".
+func (t *task) failure() string {
+	if f := t.fail.Load(); f != nil {
+		return f.err
+	}
+	return ""
 }
 
 // result is how a worker finished a task.
@@ -108,12 +125,13 @@ type partState struct {
 	held     int   // lanes held by fenced records
 	lane     *lane // PartitionOrder
 
-	count     int   // buffered + in flight
-	bytes     int64 // what buffered and in-flight records are charged
-	slotBytes int64 // what its tracker slots are charged
-	inflight  int
-	paused    bool // paused by this partition's water marks
-	srcPaused bool // what the source was last told
+	count        int   // buffered + in flight
+	bytes        int64 // what buffered and in-flight records are charged
+	slotBytes    int64 // what its tracker slots are charged
+	inflight     int
+	paused       bool // paused by this partition's water marks or its window
+	windowWarned bool // paused with its window full, and logged
+	srcPaused    bool // what the source was last told
 
 	revoking bool        // dispatch stopped; waiting for the drain
 	draining atomic.Bool // revoking, as workers see it: skip tasks not started
@@ -121,6 +139,12 @@ type partState struct {
 
 	pendingPos int64 // a fetch position to apply once nothing is outstanding
 	hwm        int64 // the last high watermark a fetch reported
+
+	// The lowest record fenced in this assignment (-1: none): the safe
+	// offset never passes it, and no task is left for it.
+	fencedOff int64
+	fencedAt  time.Time // when it was fetched
+	fencedErr string
 
 	oldest, newest *task // outstanding list
 }

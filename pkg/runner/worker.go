@@ -167,6 +167,7 @@ func (r *Runner) execute(t *task) {
 			return
 		}
 		if errors.Is(err, ErrFenced) {
+			t.fail.Store(&failure{attempts: attempt, err: err.Error()})
 			r.log.Warn("handler fenced by a newer owner; leaving the record to it", "record", rec.String(), "err", err)
 			r.tel.fenced.Add(ctx, 1)
 			t.res = resFenced
@@ -174,6 +175,7 @@ func (r *Runner) execute(t *task) {
 			return
 		}
 		r.tel.failed(ctx, rec.Topic)
+		t.fail.Store(&failure{attempts: attempt, err: err.Error()})
 		span.RecordError(err)
 		pol := r.cfg.policy
 		if pol.kind != policyBlock && attempt >= pol.attempts {
