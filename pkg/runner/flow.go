@@ -10,6 +10,9 @@ import (
 // it is resumed at the low marks. Every partition is paused while the
 // runner's charge is at its global limit.
 
+// bands is the number of budget bands (see budget).
+const bands = 16
+
 // pollChunk is the least room an unpaused partition keeps below its high
 // water mark and its window: half the gap between the water marks.
 func (r *Runner) pollChunk() int {
@@ -23,22 +26,55 @@ func (r *Runner) room(ps *partState) int {
 }
 
 // budget is how many records the next poll may take without pushing an
-// unpaused partition past its high water mark or its window. It is never
-// below pollChunk, because checkFlow pauses a partition once its room falls
-// below that: a single nearly full partition must not shrink every poll to
-// a few records.
+// unpaused partition past its high water mark or its window. It is O(1):
+// unpaused partitions are kept in bands by room (setBand), and the budget is
+// the least room of the lowest band that has one, rounded down to the
+// band's lower edge (at most 1/32 of the gap between the water marks below
+// the exact least room). A paused partition is fetched again only after it
+// was resumed at the low water mark, and a poll issued now may return only
+// after that: its room counts as high minus low, the most the budget is.
+// The budget is never below pollChunk, because checkFlow pauses a partition
+// once its room falls below that: one nearly full partition must not shrink
+// every poll to a few records.
 func (r *Runner) budget() int {
-	// A paused partition is fetched again only after it was resumed at the
-	// low water mark, and a poll issued now may return only after that: its
-	// room counts as high minus low.
-	b := r.cfg.highRecords - r.cfg.lowRecords
-	for _, ps := range r.parts {
-		if ps.paused || ps.revoking {
-			continue
+	pc, gap := r.pollChunk(), r.cfg.highRecords-r.cfg.lowRecords
+	span := gap - pc
+	for b, n := range r.bandCount {
+		if n > 0 {
+			return pc + (b*span+bands-1)/bands // the least room band b holds
 		}
-		b = min(b, r.room(ps))
 	}
-	return max(b, 1)
+	return max(gap, 1)
+}
+
+// bandOf returns the band of an unpaused partition with room rooms, or -1
+// when its room is at least high minus low (it cannot lower the budget).
+// Rooms in [pollChunk, high-low) map to bands 0..bands-1 in order.
+func (r *Runner) bandOf(room int) int {
+	pc, gap := r.pollChunk(), r.cfg.highRecords-r.cfg.lowRecords
+	if room >= gap || gap <= pc {
+		return -1
+	}
+	return max(room-pc, 0) * bands / (gap - pc)
+}
+
+// setBand moves ps to the budget band of its room; partitions paused,
+// revoking or closed are in none.
+func (r *Runner) setBand(ps *partState) {
+	b := -1
+	if !ps.paused && !ps.revoking && !ps.closed {
+		b = r.bandOf(r.room(ps))
+	}
+	if b == ps.band {
+		return
+	}
+	if ps.band >= 0 {
+		r.bandCount[ps.band]--
+	}
+	if b >= 0 {
+		r.bandCount[b]++
+	}
+	ps.band = b
 }
 
 // checkFlow pauses a partition when the next poll could push it past its
@@ -69,6 +105,7 @@ func (r *Runner) checkFlow(ps *partState) {
 				"oldest", o.record(ps.tp), "state", o.state.String(), "attempts", o.attempts, "err", o.err, "age", o.age)
 		}
 	}
+	r.setBand(ps)
 	r.checkGlobal()
 }
 

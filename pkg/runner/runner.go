@@ -54,6 +54,7 @@ type Runner struct {
 	heldBytes    int64 // what lanes held by fenced records are charged
 	totalCount   int
 	pauseAt      int64 // the charge at which every partition pauses (globalLimits)
+	bandCount    [bands]int
 	globalPaused bool
 	flowDirty    []*partState
 	pauseBuf     []TP
@@ -476,7 +477,7 @@ func (r *Runner) assign(a Assignment, applied Applied) (replaced bool) {
 	p := r.table.Assign(a.TP, a.Start)
 	ctx, cancel := context.WithCancel(r.handlerCtx)
 	ps := &partState{p: p, epoch: p.Epoch(), tp: a.TP, ctx: ctx, cancel: cancel, pendingPos: -1, hwm: -1, applied: applied,
-		fencedOff: -1}
+		band: -1, fencedOff: -1}
 	switch r.cfg.ordering {
 	case KeyOrder:
 		ps.lanes = map[uint64]*lane{}
@@ -707,6 +708,7 @@ func (r *Runner) stopDispatch(ps *partState) {
 		ps.paused = false
 		r.flowDirty = append(r.flowDirty, ps)
 	}
+	r.setBand(ps)
 	r.checkGlobal()
 }
 

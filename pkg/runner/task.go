@@ -132,6 +132,7 @@ type partState struct {
 	paused       bool // paused by this partition's water marks or its window
 	windowWarned bool // paused with its window full, and logged
 	srcPaused    bool // what the source was last told
+	band         int  // its budget band (flow.go), or -1
 
 	revoking bool        // dispatch stopped; waiting for the drain
 	draining atomic.Bool // revoking, as workers see it: skip tasks not started

@@ -107,7 +107,11 @@ func newTelemetry(mp metric.MeterProvider, r *Runner) (*telemetry, error) {
 		return nil, err
 	}
 	t.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		s := r.Stats()
+		// Read the snapshot in place: copying it (Stats) would allocate
+		// O(partitions) per collection.
+		r.stats.mu.Lock()
+		defer r.stats.mu.Unlock()
+		s := &r.stats.s
 		o.ObserveInt64(inflight, int64(s.InFlight))
 		o.ObserveInt64(buffered, int64(s.Buffered))
 		o.ObserveInt64(charged, s.Bytes)
@@ -323,8 +327,9 @@ func (s RecordState) String() string {
 }
 
 type statsBox struct {
-	mu sync.Mutex
-	s  Stats
+	mu    sync.Mutex
+	s     Stats
+	spare []PartitionStats // the previous snapshot's, reused by the next
 }
 
 // Stats returns the latest snapshot. It is safe to call from any goroutine.
@@ -379,9 +384,12 @@ func (r *Runner) oldest(ps *partState) oldestRecord {
 	return o
 }
 
+// publishStats refreshes the snapshot. It reuses the previous snapshot's
+// slice: Stats copies under the lock, so nothing else refers to it.
 func (r *Runner) publishStats() {
 	now := time.Now()
 	s := Stats{LoopAt: now, Stopping: r.stopping, InFlight: r.inflight, Buffered: r.totalCount, Bytes: r.charged()}
+	s.Partitions = r.stats.spare[:0]
 	for _, ps := range r.parts {
 		outstanding := ps.p.Tracker().Outstanding()
 		o := r.oldest(ps)
@@ -393,6 +401,12 @@ func (r *Runner) publishStats() {
 		})
 	}
 	r.stats.mu.Lock()
+	old := r.stats.s.Partitions
 	r.stats.s = s
 	r.stats.mu.Unlock()
+	clear(old) // drop references to old error strings
+	if cap(old) > 4*len(s.Partitions)+16 {
+		old = nil // the partitions are far fewer than they were
+	}
+	r.stats.spare = old
 }
