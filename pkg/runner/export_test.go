@@ -23,11 +23,6 @@ func BudgetForTest(r *Runner) int { return r.budget() }
 // PublishStatsForTest refreshes the Stats snapshot, as every tick does.
 func PublishStatsForTest(r *Runner) { r.publishStats() }
 
-// FreeListBytesForTest is the most the free lists keep.
-func FreeListBytesForTest(r *Runner) int64 {
-	return int64(r.freeCap()) * (taskAlloc + laneAlloc)
-}
-
 // Sizes for the memory tests' logs.
 var TaskAllocForTest, LaneAllocForTest = taskAlloc, laneAlloc
 
@@ -35,6 +30,7 @@ var TaskAllocForTest, LaneAllocForTest = taskAlloc, laneAlloc
 // dispatching it).
 func DeliverForTest(r *Runner, b Batch) {
 	r.deliver(&b)
+	r.fitFree()
 	r.flushFlow()
 }
 
@@ -85,3 +81,12 @@ func CompleteForTest(r *Runner, n int, stuck func(Record) bool) int {
 	r.flushFlow()
 	return done
 }
+
+// MemoryForTest returns the records' charge, what the free lists hold and
+// the global limit.
+func MemoryForTest(r *Runner) (charged, free, pauseAt int64) {
+	return r.charged(), r.freeBytes, r.pauseAt
+}
+
+// TickForTest runs the periodic tick's memory trimming.
+func TickForTest(r *Runner) { r.trimFree() }

@@ -132,48 +132,99 @@ func cut(buf, b []byte) ([]byte, []byte) {
 	return buf[k:len(buf):len(buf)], buf
 }
 
+// The free lists keep tasks and lanes for reuse, so that a record costs no
+// allocation for them in steady state. They are bounded two ways. They only
+// use the room the records leave under the global limit: a task or lane is
+// kept only while the records' charge plus what the free lists hold stays
+// within pauseAt, and after a hand-over that pushed the two above it the
+// free lists give back the excess (fitFree), so that together they stay
+// within the runner's share as the records alone do. And every tick
+// (trimFree) they give back what no one took from them since the last
+// tick, so an idle runner keeps none after a peak.
+
 // newTask returns a task from the free list, or a new one.
 func (r *Runner) newTask() *task {
-	if n := len(r.free); n > 0 {
-		t := r.free[n-1]
-		r.free[n-1] = nil
-		r.free = r.free[:n-1]
-		return t
+	n := len(r.free)
+	if n == 0 {
+		return &task{}
 	}
-	return &task{}
+	t := r.free[n-1]
+	r.free[n-1] = nil
+	r.free = r.free[:n-1]
+	r.freeLow = min(r.freeLow, n-1)
+	r.freeBytes -= taskAlloc
+	return t
 }
 
-// freeTask clears t and keeps it for reuse, unless the free list is full:
-// it holds at most one hand-over's worth (high minus low water mark), so
-// that a peak's tasks are not kept for the process's life.
+// freeTask clears t and keeps it for reuse if the room under the global
+// limit allows.
 func (r *Runner) freeTask(t *task) {
 	*t = task{}
-	if len(r.free) < r.freeCap() {
+	if r.charged()+r.freeBytes+taskAlloc <= r.pauseAt {
 		r.free = append(r.free, t)
+		r.freeBytes += taskAlloc
 	}
 }
 
 func (r *Runner) newLane(key uint64) *lane {
-	if n := len(r.freeLanes); n > 0 {
-		l := r.freeLanes[n-1]
-		r.freeLanes[n-1] = nil
-		r.freeLanes = r.freeLanes[:n-1]
-		l.key = key
-		return l
+	n := len(r.freeLanes)
+	if n == 0 {
+		return &lane{key: key}
 	}
-	return &lane{key: key}
+	l := r.freeLanes[n-1]
+	r.freeLanes[n-1] = nil
+	r.freeLanes = r.freeLanes[:n-1]
+	r.freeLanesLow = min(r.freeLanesLow, n-1)
+	r.freeBytes -= laneAlloc
+	l.key = key
+	return l
 }
 
 // freeLane is freeTask for lanes.
 func (r *Runner) freeLane(l *lane) {
 	*l = lane{}
-	if len(r.freeLanes) < r.freeCap() {
+	if r.charged()+r.freeBytes+laneAlloc <= r.pauseAt {
 		r.freeLanes = append(r.freeLanes, l)
+		r.freeBytes += laneAlloc
 	}
 }
 
-// freeCap is the most tasks, and the most lanes, the free lists keep.
-func (r *Runner) freeCap() int { return r.cfg.highRecords - r.cfg.lowRecords }
+// fitFree gives back free tasks, then free lanes, until the records' charge
+// plus the free lists are within pauseAt again (or the lists are empty).
+// Each one given back was kept before: amortized O(1).
+func (r *Runner) fitFree() {
+	for over := r.charged() + r.freeBytes - r.pauseAt; over > 0 && len(r.free) > 0; over -= taskAlloc {
+		r.free = trim(r.free, 1)
+		r.freeBytes -= taskAlloc
+	}
+	for over := r.charged() + r.freeBytes - r.pauseAt; over > 0 && len(r.freeLanes) > 0; over -= laneAlloc {
+		r.freeLanes = trim(r.freeLanes, 1)
+		r.freeBytes -= laneAlloc
+	}
+	r.freeLow, r.freeLanesLow = min(r.freeLow, len(r.free)), min(r.freeLanesLow, len(r.freeLanes))
+}
+
+// trimFree gives back the tasks and lanes that stayed in the free lists
+// since the last call (their least length meanwhile), and the lists'
+// arrays once they are mostly empty. It runs every tick.
+func (r *Runner) trimFree() {
+	r.free = trim(r.free, r.freeLow)
+	r.freeLanes = trim(r.freeLanes, r.freeLanesLow)
+	r.freeLow, r.freeLanesLow = len(r.free), len(r.freeLanes)
+	r.freeBytes = int64(len(r.free))*taskAlloc + int64(len(r.freeLanes))*laneAlloc
+}
+
+// trim drops the last k elements of s, and s's array once it is mostly
+// unused.
+func trim[T any](s []*T, k int) []*T {
+	n := len(s) - k
+	clear(s[n:])
+	s = s[:n]
+	if cap(s) > 4*n+64 {
+		s = append([]*T(nil), s...)
+	}
+	return s
+}
 
 // trimLanes drops a partition's idle key lanes once it has more than two
 // per record it holds (plus its held lanes and laneSlack): a busy lane
@@ -224,18 +275,16 @@ func (r *Runner) release(ps *partState) {
 func (r *Runner) charged() int64 { return r.totalBytes + r.slotBytes + r.heldBytes }
 
 // globalLimits returns where the runner pauses every partition (its
-// charge at pauseAt or above) for MaxBufferedBytes max: its share,
-// max minus SourceShare, less what one hand-over can add (the check runs
-// after it) and what the free lists keep. A hand-over brings at most
-// SourceShare of key, value and header bytes (the source holds them before
-// handing them over; the allocator rounds a copy up by at most a quarter
-// plus 7 bytes) and at most high-low records (the runner's budget), each
-// charged at most RecordOverhead plus 8 bytes of rounding and one header of
-// slice rounding. pauseAt is not positive when max leaves no room.
-func (c *config) globalLimits() (pauseAt, handover, free int64) {
+// charge at pauseAt or above) for MaxBufferedBytes max: its share, max
+// minus SourceShare, less what one hand-over can add (the check runs after
+// it). A hand-over brings at most SourceShare of key, value and header bytes
+// (the source holds them before handing them over; the allocator rounds a
+// copy up by at most a quarter plus 7 bytes) and at most high-low records
+// (the runner's budget), each charged at most RecordOverhead plus 8 bytes of
+// rounding and one header of slice rounding. The free lists live under
+// pauseAt too (freeTask). pauseAt is not positive when max leaves no room.
+func (c *config) globalLimits() (pauseAt, handover int64) {
 	share := int64(float64(c.maxBytes) * SourceShare)
-	perHandover := int64(c.highRecords - c.lowRecords)
-	handover = share + share/4 + perHandover*(RecordOverhead(c.ordering)+8+headerSize)
-	free = perHandover * (taskAlloc + laneAlloc)
-	return c.maxBytes - share - handover - free, handover, free
+	handover = share + share/4 + int64(c.highRecords-c.lowRecords)*(RecordOverhead(c.ordering)+8+headerSize)
+	return c.maxBytes - share - handover, handover
 }

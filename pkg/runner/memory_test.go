@@ -76,39 +76,45 @@ func liveHeap() int64 {
 }
 
 // TestIdleRunnerReleasesMemory: once everything is handled and committed,
-// what the runner keeps is its per-partition constant and its free lists,
-// whatever the peak was. (It kept the tracker ring, the idle key lanes (up
-// to twice the high water mark) and every task of the peak.)
+// what the runner keeps is its per-partition constant, whatever the peak
+// was: the tracker ring, the idle key lanes and the free lists shrink. (It
+// kept the tracker ring of the peak, idle key lanes up to twice the high
+// water mark, and every task of the peak in its free list.)
 func TestIdleRunnerReleasesMemory(t *testing.T) {
-	const high, low, n = 10_000, 9_000, 50_000
-	src := runnertest.New()
-	src.BatchSize = 1000
-	fill(src, 1, n, n) // every key different: one lane per buffered record
-	release := make(chan struct{})
-	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
-		if rec.Offset < high {
-			<-release // build a backlog up to the high water mark
+	synctest.Test(t, func(t *testing.T) {
+		const high, low, n = 10_000, 9_000, 50_000
+		src := runnertest.New()
+		src.BatchSize = 1000
+		fill(src, 1, n, n) // every key different: one lane per buffered record
+		release := make(chan struct{})
+		r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+			if rec.Offset < high {
+				<-release // build a backlog up to the high water mark
+			}
+			return nil
+		}), runner.WaterMarks(high, low), runner.Concurrency(64), runner.CommitInterval(5*time.Millisecond))
+		base := liveHeap()
+		started(t, r)
+		assign(t, src, tp(0))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if s := r.Stats(); len(s.Partitions) != 1 || s.Partitions[0].Buffered < high-(high-low)/2 {
+			t.Fatalf("no backlog at the high water mark: %+v", s)
 		}
-		return nil
-	}), runner.WaterMarks(high, low), runner.Concurrency(64), runner.CommitInterval(5*time.Millisecond))
-	base := liveHeap()
-	started(t, r)
-	assign(t, src, tp(0))
-	eventually(t, "the backlog at the high water mark", func() bool {
-		s := r.Stats()
-		return len(s.Partitions) == 1 && s.Partitions[0].Buffered >= high-(high-low)/2
+		peak := liveHeap() - base
+		close(release)
+		time.Sleep(time.Second) // fake time: everything runs, then a few ticks
+		synctest.Wait()
+		if off, _ := src.Committed(tp(0)); off != n {
+			t.Fatalf("committed %d, want %d", off, n)
+		}
+		idle := liveHeap() - base
+		limit := int64(runner.PartitionOverhead) + 256<<10 // + 256 KiB of noise
+		t.Logf("live heap above the baseline: %d KiB at the backlog, %d KiB idle (limit %d KiB)", peak>>10, idle>>10, limit>>10)
+		if idle > limit {
+			t.Fatalf("the idle runner holds %d KiB after a peak of %d KiB, above %d KiB", idle>>10, peak>>10, limit>>10)
+		}
 	})
-	peak := liveHeap() - base
-	close(release)
-	eventually(t, "everything committed", committedAt(src, 0, n))
-	idle := liveHeap() - base
-	// The free lists keep at most high-low tasks and lanes; the partition's
-	// constant is runner.PartitionOverhead.
-	limit := runner.FreeListBytesForTest(r) + runner.PartitionOverhead + 256<<10 // + 256 KiB of noise
-	t.Logf("live heap above the baseline: %d KiB at the backlog, %d KiB idle (limit %d KiB)", peak>>10, idle>>10, limit>>10)
-	if idle > limit {
-		t.Fatalf("the idle runner holds %d KiB after a peak of %d KiB, above %d KiB", idle>>10, peak>>10, limit>>10)
-	}
 }
 
 // TestChargeCoversTheHeap: what the runner charges for the records it
@@ -231,4 +237,66 @@ func TestPartitionOverhead(t *testing.T) {
 		r.Close()
 		_ = wait()
 	})
+}
+
+// TestFreeListsLiveUnderTheLimit: the free lists keep tasks and lanes only
+// in the room the records leave under the runner's global limit, so
+// records and free lists together stay within the runner's share; and a
+// tick gives back what nobody took from them since the last one.
+func TestFreeListsLiveUnderTheLimit(t *testing.T) {
+	d := newDriver()
+	r := newRunner(t, d, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error { return nil }),
+		runner.WaterMarks(2000, 1000), runner.ByteWaterMarks(1<<20, 1<<19), runner.MaxBufferedBytes(8<<20))
+	tps := make([]runner.TP, 8)
+	for i := range tps {
+		tps[i] = tp(int32(i))
+	}
+	runner.AssignForTest(r, tps)
+	next := make([]int64, len(tps))
+	check := func(when string) {
+		t.Helper()
+		// After a hand-over the records alone may be above the limit
+		// (by less than what one hand-over can add); the free lists then
+		// hold nothing.
+		charged, free, pauseAt := runner.MemoryForTest(r)
+		if charged+free > max(pauseAt, charged) || (charged > pauseAt && free > 0) {
+			t.Fatalf("%s: records charged %d and free lists %d, with the global limit %d", when, charged, free, pauseAt)
+		}
+	}
+	// Fill to the global limit, empty, refill with other keys, many times.
+	for round := range 6 {
+		for i := 0; ; i = (i + 1) % len(tps) {
+			if d.isPaused(tps[i]) {
+				if paused := func() bool {
+					for _, tp := range tps {
+						if !d.isPaused(tp) {
+							return false
+						}
+					}
+					return true
+				}(); paused {
+					break
+				}
+				continue
+			}
+			recs := records(int32(i), next[i], 200, 1<<30)
+			for j := range recs {
+				recs[j].Value = make([]byte, 1000*(round%3)) // records of other sizes each round
+			}
+			runner.DeliverForTest(r, batch(recs))
+			next[i] += 200
+			check("filling")
+		}
+		for runner.CompleteForTest(r, 1000, func(runner.Record) bool { return false }) > 0 {
+			check("emptying")
+		}
+		if _, free, _ := runner.MemoryForTest(r); round == 0 && free == 0 {
+			t.Fatal("the free lists kept nothing: the test does not test them")
+		}
+	}
+	runner.TickForTest(r)
+	runner.TickForTest(r) // nothing taken since the last tick: all given back
+	if _, free, _ := runner.MemoryForTest(r); free != 0 {
+		t.Fatalf("the free lists hold %d bytes after two idle ticks, want 0", free)
+	}
 }

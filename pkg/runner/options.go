@@ -169,9 +169,8 @@ func Window(records int) Option { return func(c *config) { c.window = records } 
 // plus RecordOverhead each, and the tracker slots of finished records
 // behind unfinished ones). The runner pauses every partition once its
 // charge reaches its own share less what one hand-over from the source can
-// add (so that it stays within its share after it) and less what its free
-// lists keep, and resumes them at half of that: docs/runner.md has the
-// formula. New fails if that leaves no room. PartitionOverhead per owned
+// add (so that it stays within its share after it), and resumes them at
+// half of that: docs/runner.md has the formula. New fails if that leaves no room. PartitionOverhead per owned
 // partition comes on top. Default 256 MiB.
 func MaxBufferedBytes(n int64) Option { return func(c *config) { c.maxBytes = n } }
 
@@ -304,9 +303,9 @@ func (c *config) validate() error {
 	if c.window == 0 {
 		c.window = 2 * c.highRecords
 	}
-	if pauseAt, handover, free := c.globalLimits(); pauseAt < 1 {
-		return bad("MaxBufferedBytes", "%d leaves the runner no room: its source takes %g of it, one hand-over can add %d bytes and the free lists keep %d (raise it, or narrow the WaterMarks' gap)",
-			c.maxBytes, SourceShare, handover, free)
+	if pauseAt, handover := c.globalLimits(); pauseAt < 1 {
+		return bad("MaxBufferedBytes", "%d leaves the runner no room: its source takes %g of it and one hand-over can add %d bytes (raise it, or narrow the WaterMarks' gap)",
+			c.maxBytes, SourceShare, handover)
 	}
 	return nil
 }

@@ -60,8 +60,11 @@ type Runner struct {
 	pauseBuf     []TP
 	resumeBuf    []TP
 	overhead     int64        // RecordOverhead(cfg.ordering) less the tracker slot, charged separately
-	free         []*task      // at most freeCap
-	freeLanes    []*lane      // at most freeCap
+	free         []*task      // see freeTask
+	freeLanes    []*lane      // see freeLane
+	freeBytes    int64        // what the free lists hold
+	freeLow      int          // the least len(free) since the last trimFree
+	freeLanesLow int          // the least len(freeLanes) since then
 	keySeed      maphash.Seed // hashes KeyOrder's keys into lanes
 	drains       []*drain
 	drainTimer   *time.Timer
@@ -105,7 +108,7 @@ func New(src Source, opts ...Option) (*Runner, error) {
 		keySeed:   maphash.MakeSeed(),
 	}
 	r.workq.cond.L = &r.workq.mu
-	r.pauseAt, _, _ = cfg.globalLimits()
+	r.pauseAt, _ = cfg.globalLimits()
 	r.overhead = RecordOverhead(cfg.ordering) - watermark.SlotBytes
 	if cfg.policy.kind == policyDeadLetter {
 		r.dlw = cfg.policy.writer
@@ -418,6 +421,7 @@ func (r *Runner) onSink(req *sinkReq) {
 		for i := range req.batches {
 			r.deliver(&req.batches[i])
 		}
+		r.fitFree()
 		// Pause before answering: the source's next poll must already
 		// leave out the partitions at their high water mark. Answer before
 		// dispatching (the loop dispatches right after), so the source's
@@ -866,6 +870,7 @@ func (r *Runner) send(c *commitReq) {
 // offsets and a refresh of the stats the probes and gauges read.
 func (r *Runner) tick() {
 	r.publishStats()
+	r.trimFree()
 	if r.committing != nil || r.stopping {
 		return
 	}
