@@ -95,11 +95,17 @@ func TestByteCapPausesEverything(t *testing.T) {
 		runner.MaxBufferedBytes(maxBytes), runner.CommitInterval(2*time.Millisecond))
 	started(t, r)
 	assign(t, src, tp(0), tp(1), tp(2))
-	eventually(t, "all partitions paused by the byte cap", func() bool {
-		return src.Paused(tp(0)) && src.Paused(tp(1)) && src.Paused(tp(2)) && r.Stats().Bytes > 0
+	var s runner.Stats
+	eventually(t, "all partitions paused by the byte cap, in the stats", func() bool {
+		s = r.Stats()
+		paused := 0
+		for _, p := range s.Partitions {
+			if p.Paused {
+				paused++
+			}
+		}
+		return paused == 3
 	})
-	time.Sleep(20 * time.Millisecond) // a few ticks: the stats catch up
-	s := r.Stats()
 	below := 0
 	for _, p := range s.Partitions {
 		if p.Bytes < highBytes {
