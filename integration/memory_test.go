@@ -35,16 +35,16 @@ const (
 	memKeyBytes, memValueBytes = 8, 24
 	memMinRecordBytes          = 40
 	memMaxCompression          = 4
-	memBatchBytes              = 16 << 10 // the producer's largest batch: below the derived fetch sizes
+	memShapeBatchBytes         = 16 << 10 // the producer's largest batch: below the derived fetch sizes
 )
 
 // produceShaped writes n records of memShape to topic, round-robin over its
-// partitions, in batches of at most memBatchBytes, snappy-compressed, and
+// partitions, in batches of at most memShapeBatchBytes, snappy-compressed, and
 // returns their uncompressed size (keys, values, and 10 bytes of framing
 // each).
 func produceShaped(t *testing.T, topic string, n int) int64 {
 	t.Helper()
-	cl := bed.Client(t, kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(memBatchBytes),
+	cl := bed.Client(t, kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(memShapeBatchBytes),
 		kgo.ProducerBatchCompression(kgo.SnappyCompression()), kgo.ProducerLinger(5*time.Millisecond),
 		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -152,6 +152,15 @@ func FuzzTable(f *testing.F) {
 					cm.sent = c.Offset
 					inFlight = append(inFlight, c)
 				}
+				// Pending looks only at partitions that changed: it must
+				// not miss one that a walk over every partition would offer.
+				for k, tp := range tps {
+					if p := tb.Lookup(tp); p != nil {
+						if c, ok := p.Pending(); ok {
+							t.Fatalf("Table.Pending missed %+v for %v (owned %v)", c, tp, model[k].owned)
+						}
+					}
+				}
 			case 7: // an answer to any request, in any order
 				if len(inFlight) == 0 {
 					break

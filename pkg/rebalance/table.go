@@ -115,6 +115,12 @@ type Table struct {
 	byTP  map[TP]*Partition
 	order []*Partition // every partition ever assigned, in first-assignment order
 	last  Epoch
+	// dirty holds, once each, the partitions whose commit request may have
+	// changed since the last Pending: their safe offset moved (or became
+	// known), or their request in flight failed. Pending looks at these
+	// only, so its cost follows the partitions that changed, not the
+	// partitions ever assigned.
+	dirty []*Partition
 
 	oldAssignment uint64
 	notOwner      uint64
@@ -163,6 +169,7 @@ func (t *Table) AssignEpoch(tp TP, epoch Epoch, start int64) (*Partition, error)
 	} else {
 		p.seq.Reset(p.seq.Acknowledged())
 	}
+	p.changed()
 	return p, nil
 }
 
@@ -244,13 +251,18 @@ type Commit struct {
 // offset is known and beyond what was acknowledged or is in flight (see
 // [watermark.Sequencer.Next]), marks those requests in flight, and returns the
 // extended slice. Partitions that are not owned are never offered. Every
-// returned Commit must be answered with Committed or CommitFailed.
+// returned Commit must be answered with Committed or CommitFailed. Its cost
+// is O(partitions that changed since the last call): it looks only at
+// partitions whose safe offset moved, or whose request failed, meanwhile.
 func (t *Table) Pending(dst []Commit) []Commit {
-	for _, p := range t.order {
+	for _, p := range t.dirty {
+		p.dirty = false
 		if c, ok := p.Pending(); ok {
 			dst = append(dst, c)
 		}
 	}
+	clear(t.dirty)
+	t.dirty = t.dirty[:0]
 	return dst
 }
 
@@ -269,6 +281,7 @@ func (t *Table) Committed(c Commit) {
 func (t *Table) CommitFailed(c Commit) {
 	if p := t.byTP[c.TP]; p != nil {
 		p.seq.Failed(watermark.Request{Seq: c.Seq, Offset: c.Offset})
+		p.changed() // the newest safe offset is to be sent again
 	}
 }
 
@@ -281,8 +294,17 @@ type Partition struct {
 	table   *Table
 	epoch   Epoch
 	owned   bool
+	dirty   bool // in table.dirty
 	tracker watermark.Tracker
 	seq     watermark.Sequencer
+}
+
+// changed puts p on its table's list for the next Pending.
+func (p *Partition) changed() {
+	if !p.dirty {
+		p.dirty = true
+		p.table.dirty = append(p.table.dirty, p)
+	}
 }
 
 // TP returns the partition's name.
@@ -304,8 +326,12 @@ func (p *Partition) Deliver(offset int64) error {
 	if !p.owned {
 		return &DeliveryError{TP: p.tp, Offset: offset, Err: ErrNotOwned}
 	}
+	unknown := p.tracker.Safe() == watermark.Unknown
 	if err := p.tracker.Deliver(offset); err != nil {
 		return &DeliveryError{TP: p.tp, Offset: offset, Err: err}
+	}
+	if unknown {
+		p.changed() // the first delivery gave an Unknown start its value
 	}
 	return nil
 }
@@ -323,7 +349,11 @@ func (p *Partition) Complete(epoch Epoch, offset int64) Outcome {
 		p.table.oldAssignment++
 		return OldAssignment
 	}
-	return Outcome(p.tracker.Complete(offset))
+	o := Outcome(p.tracker.Complete(offset))
+	if o == Advanced {
+		p.changed()
+	}
+	return o
 }
 
 // Position passes the fetcher's position for the current epoch to the
@@ -334,7 +364,11 @@ func (p *Partition) Position(epoch Epoch, pos int64) bool {
 	if !p.owned || epoch != p.epoch {
 		return false
 	}
-	return p.tracker.Position(pos)
+	moved := p.tracker.Position(pos)
+	if moved {
+		p.changed()
+	}
+	return moved
 }
 
 // Safe returns the safe offset of the current (or last) epoch, or

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/tidemark/tidemark/pkg/rebalance"
 	"github.com/tidemark/tidemark/pkg/watermark"
@@ -351,13 +352,19 @@ func TestPartitionPendingNotOwned(t *testing.T) {
 }
 
 func TestHotPathAllocations(t *testing.T) {
+	// A window of 64 outstanding records sliding along, completed out of
+	// order (a burst that empties the tracker reallocates its ring, see
+	// watermark's TestTrackerAllocations).
 	tb := rebalance.NewTable()
 	p := tb.Assign(tpA, 0)
 	var buf []rebalance.Commit
 	off := int64(0)
+	for i := range 64 {
+		_ = p.Deliver(int64(i))
+	}
 	round := func() {
 		for i := range 64 {
-			_ = p.Deliver(off + int64(i))
+			_ = p.Deliver(off + 64 + int64(i))
 		}
 		for i := 63; i >= 0; i-- {
 			tb.Complete(tpA, p.Epoch(), off+int64(i))
@@ -371,5 +378,45 @@ func TestHotPathAllocations(t *testing.T) {
 	round()
 	if n := testing.AllocsPerRun(100, round); n != 0 {
 		t.Errorf("deliver/complete/commit allocates %v times per round, want 0", n)
+	}
+}
+
+// TestPendingCostFollowsChanges: Pending's cost follows the partitions that
+// changed, not every partition ever assigned. A table that has seen 100,000
+// partitions come and go, with one owned, commits as fast as a table that
+// only ever had that one. (Pending used to walk every partition ever
+// assigned: about 100,000 times slower here.)
+func TestPendingCostFollowsChanges(t *testing.T) {
+	perCommit := func(ever int) time.Duration {
+		tb := rebalance.NewTable()
+		for i := range ever {
+			tp := rebalance.TP{Topic: "gone", Partition: int32(i)}
+			tb.Assign(tp, 0)
+			tb.Revoke(tp)
+		}
+		tb.Pending(nil)
+		p := tb.Assign(tpA, 0)
+		var buf []rebalance.Commit
+		const rounds = 2000
+		start := time.Now()
+		for off := range int64(rounds) {
+			if err := p.Deliver(off); err != nil {
+				t.Fatal(err)
+			}
+			tb.Complete(tpA, p.Epoch(), off)
+			buf = tb.Pending(buf[:0])
+			if len(buf) != 1 || buf[0].Offset != off+1 {
+				t.Fatalf("Pending = %+v, want %v@%d", buf, tpA, off+1)
+			}
+			tb.Committed(buf[0])
+		}
+		return time.Since(start) / rounds
+	}
+	perCommit(1) // warm up
+	alone, crowded := perCommit(1), perCommit(100_000)
+	// The work differs by 100,000 times if Pending walks every partition;
+	// 20 times leaves room for a loaded machine.
+	if crowded > 20*alone+time.Microsecond {
+		t.Fatalf("Pending costs %v with 100,000 partitions assigned before, %v with one: it grows with the partitions ever assigned", crowded, alone)
 	}
 }

@@ -28,5 +28,9 @@
 //     partition, in PartitionOrder) and the partition's commit until it
 //     succeeds, unless the failure policy dead-letters or skips it.
 //   - Each partition is paused when its buffered plus in-flight records or
-//     bytes reach the high water mark and resumed at the low one.
+//     bytes reach the high water mark, or its uncommitted window (Window)
+//     is full behind a record that does not finish, and resumed at the low
+//     marks. MaxBufferedBytes bounds the whole consumer: the runner charges
+//     each record its copied payload plus RecordOverhead and keeps within
+//     its share; PartitionOverhead per owned partition comes on top.
 package runner

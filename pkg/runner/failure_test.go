@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -222,4 +223,68 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	if _, err := runner.New(nil, h); err == nil {
 		t.Fatal("New(nil source) succeeded")
 	}
+}
+
+// TestPanicsOutsideTheHandlerAreRecovered: a panic in the assign hook's
+// Applied filter or in the DeadLetterWriter is a failed attempt (or a
+// failed write), retried like a handler's; it does not crash the process.
+// (Both used to run outside the recover and took the process down.)
+func TestPanicsOutsideTheHandlerAreRecovered(t *testing.T) {
+	t.Run("Applied", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			src := runnertest.New()
+			fill(src, 1, 3, 3)
+			var calls atomic.Int32
+			var ran atomic.Int32
+			r := newRunner(t, src, runner.Handle(topic, func(context.Context, runner.Record) error {
+				ran.Add(1)
+				return nil
+			}), runner.OnAssign(runner.PerPartition(func(context.Context, runner.Assignment) (runner.Applied, error) {
+				return func(off int64) bool {
+					if off == 1 && calls.Add(1) == 1 {
+						panic("filter bug")
+					}
+					return false
+				}, nil
+			})), runner.Backoff(time.Millisecond, time.Millisecond), runner.CommitInterval(time.Millisecond))
+			started(t, r)
+			assign(t, src, tp(0))
+			time.Sleep(time.Second)
+			synctest.Wait()
+			if off, _ := src.Committed(tp(0)); off != 3 || ran.Load() != 3 || calls.Load() != 2 {
+				t.Fatalf("committed %d, handler ran %d times, filter called %d times for offset 1; want 3, 3 and 2 (one panic, retried)", off, ran.Load(), calls.Load())
+			}
+		})
+	})
+	t.Run("DeadLetterWriter", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			src := runnertest.New()
+			fill(src, 1, 3, 3)
+			w := &panicOnceWriter{}
+			r := newRunner(t, src, runner.Handle(topic, func(_ context.Context, rec runner.Record) error {
+				if rec.Offset == 1 {
+					return errPoison
+				}
+				return nil
+			}), runner.Failure(runner.DeadLetter("t.dlq", 1, w)), runner.Backoff(time.Millisecond, time.Millisecond),
+				runner.CommitInterval(time.Millisecond))
+			started(t, r)
+			assign(t, src, tp(0))
+			time.Sleep(time.Second)
+			synctest.Wait()
+			if off, _ := src.Committed(tp(0)); off != 3 || w.writes.Load() != 2 {
+				t.Fatalf("committed %d after %d dead-letter writes; want 3 after 2 (one panic, retried)", off, w.writes.Load())
+			}
+		})
+	})
+}
+
+// panicOnceWriter is a DeadLetterWriter whose first write panics.
+type panicOnceWriter struct{ writes atomic.Int32 }
+
+func (w *panicOnceWriter) WriteDeadLetter(context.Context, string, runner.Record) error {
+	if w.writes.Add(1) == 1 {
+		panic("writer bug")
+	}
+	return nil
 }

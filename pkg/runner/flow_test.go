@@ -71,11 +71,14 @@ func TestPauseAtHighResumeAtLow(t *testing.T) {
 	eventually(t, "all committed", committedAt(src, 0, n))
 }
 
-// TestByteCapPausesEverything checks the total buffered-bytes cap.
+// TestByteCapPausesEverything checks the global limit of MaxBufferedBytes:
+// it pauses every partition, also those below their own byte water mark,
+// and the runner's charge stays within its share of the cap.
 func TestByteCapPausesEverything(t *testing.T) {
+	const maxBytes, highBytes = 120_000, 60_000
 	src := runnertest.New()
 	src.BatchSize = 2
-	big := make([]byte, 1000)
+	big := make([]byte, 4000)
 	for p := range int32(3) {
 		for i := range int64(50) {
 			src.Append(runner.Record{Topic: topic, Partition: p, Offset: i, Key: []byte{byte(i)}, Value: big})
@@ -88,28 +91,32 @@ func TestByteCapPausesEverything(t *testing.T) {
 	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
 		<-release
 		return nil
-	}), runner.Concurrency(2), runner.ByteWaterMarks(10000, 5000), runner.MaxBufferedBytes(12000),
-		runner.CommitInterval(2*time.Millisecond))
+	}), runner.Concurrency(2), runner.WaterMarks(20, 10), runner.ByteWaterMarks(highBytes, highBytes/2),
+		runner.MaxBufferedBytes(maxBytes), runner.CommitInterval(2*time.Millisecond))
 	started(t, r)
 	assign(t, src, tp(0), tp(1), tp(2))
-	eventually(t, "all partitions paused by the byte cap", func() bool {
-		st := r.Stats()
-		total := 0
-		for _, p := range st.Partitions {
-			total += p.Buffered
+	var s runner.Stats
+	eventually(t, "all partitions paused by the byte cap, in the stats", func() bool {
+		s = r.Stats()
+		paused := 0
+		for _, p := range s.Partitions {
+			if p.Paused {
+				paused++
+			}
 		}
-		return src.Paused(tp(0)) && src.Paused(tp(1)) && src.Paused(tp(2)) && total >= 12
+		return paused == 3
 	})
-	// Each partition's own byte high water mark is 10 records; the cap of
-	// 12 records in all must have paused partitions below theirs.
 	below := 0
-	for _, p := range r.Stats().Partitions {
-		if p.Buffered < 10 {
+	for _, p := range s.Partitions {
+		if p.Bytes < highBytes {
 			below++
 		}
 	}
 	if below == 0 {
-		t.Fatal("every partition reached its own high water mark; the global cap was not what paused them")
+		t.Fatalf("every partition reached its own byte mark (%+v); the global limit was not what paused them", s.Partitions)
+	}
+	if share := int64(maxBytes * (1 - runner.SourceShare)); s.Bytes > share {
+		t.Fatalf("the runner is charged %d bytes, above its share %d of MaxBufferedBytes", s.Bytes, share)
 	}
 	open()
 	for p := range int32(3) {

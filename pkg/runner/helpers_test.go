@@ -1,14 +1,18 @@
 package runner_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/runner/runnertest"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
@@ -137,4 +141,159 @@ func (m *meter) count(t *testing.T, name string) uint64 {
 		}
 	}
 	return n
+}
+
+// driver is a runner.Source whose Sink the test calls directly, so a test
+// can report assignments, revokes and fetches in any interleaving (the
+// runnertest source serializes them, as a real client does for its own
+// callbacks). Pauses and commits are recorded.
+type driver struct {
+	sinkc chan runner.Sink
+
+	mu       sync.Mutex
+	paused   map[runner.TP]bool
+	commits  []runner.Offset
+	commitFn func(ctx context.Context, offsets []runner.Offset) error // nil: acknowledge
+	runs     int
+}
+
+func newDriver() *driver {
+	return &driver{sinkc: make(chan runner.Sink, 1), paused: map[runner.TP]bool{}}
+}
+
+func (d *driver) Run(ctx context.Context, sink runner.Sink) error {
+	d.mu.Lock()
+	d.runs++
+	d.mu.Unlock()
+	d.sinkc <- sink
+	<-ctx.Done()
+	return nil
+}
+
+func (d *driver) Pause(tps []runner.TP) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, tp := range tps {
+		d.paused[tp] = true
+	}
+}
+
+func (d *driver) Resume(tps []runner.TP) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, tp := range tps {
+		delete(d.paused, tp)
+	}
+}
+
+func (d *driver) Commit(ctx context.Context, offsets []runner.Offset) error {
+	d.mu.Lock()
+	fn := d.commitFn
+	d.mu.Unlock()
+	if fn != nil {
+		if err := fn(ctx, offsets); err != nil {
+			return err
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.commits = append(d.commits, offsets...)
+	return nil
+}
+
+func (d *driver) Close() error { return nil }
+
+func (d *driver) isPaused(tp runner.TP) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.paused[tp]
+}
+
+// sink waits for Run to hand over the Sink.
+func (d *driver) sink(t *testing.T) runner.Sink {
+	t.Helper()
+	select {
+	case s := <-d.sinkc:
+		return s
+	case <-time.After(time.Minute):
+		t.Fatal("the runner did not start its source")
+		return nil
+	}
+}
+
+// records returns n records of partition p from offset from, with keys
+// cycling over keys.
+func records(p int32, from int64, n, keys int) []runner.Record {
+	recs := make([]runner.Record, n)
+	for i := range recs {
+		off := from + int64(i)
+		recs[i] = runner.Record{Topic: topic, Partition: p, Offset: off, Key: []byte(fmt.Sprintf("k%d", off%int64(keys))), Value: []byte("v")}
+	}
+	return recs
+}
+
+// batch is one Batch of recs for their partition.
+func batch(recs []runner.Record) runner.Batch {
+	return runner.Batch{TP: recs[0].TP(), Records: recs, Position: recs[len(recs)-1].Offset + 1, HighWatermark: -1}
+}
+
+// gauge returns the value of an Int64 gauge with one data point (the sum if
+// it has several).
+func (m *meter) gauge(t *testing.T, name string) int64 {
+	t.Helper()
+	var total int64
+	if g, ok := m.metric(t, name).(metricdata.Gauge[int64]); ok {
+		for _, dp := range g.DataPoints {
+			total += dp.Value
+		}
+	}
+	return total
+}
+
+// attr returns the value of attribute key on the first data point of the
+// Float64 gauge called name, or "".
+func (m *meter) attr(t *testing.T, name, key string) string {
+	t.Helper()
+	if g, ok := m.metric(t, name).(metricdata.Gauge[float64]); ok && len(g.DataPoints) > 0 {
+		if v, ok := g.DataPoints[0].Attributes.Value(attribute.Key(key)); ok {
+			return v.Emit()
+		}
+	}
+	return ""
+}
+
+// logBuffer collects a runner's log lines (text format).
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+
+// has reports whether one line contains every part.
+func (l *logBuffer) has(parts ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range strings.Split(l.buf.String(), "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(line, p)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -120,4 +122,53 @@ func TestAssignHookSeesGeneration(t *testing.T) {
 		runner.Assignment{TP: tp(1), Start: -1, Generation: -1, Member: "m-1"})
 	step("Assign counts on from the highest", func() error { return src.Assign(ctx, tp(0)) },
 		runner.Assignment{TP: tp(0), Start: -1, Generation: 3, Member: "m-1"})
+}
+
+// TestFencedHoldsItsKey: a fenced record is left to the next owner, and so
+// are the records of its key after it: if the fence was transient, the
+// next record of the key must not apply before the fenced one (invariant
+// 5). Other keys go on. (The fenced record used to release its lane, and
+// the next record of the key ran.)
+func TestFencedHoldsItsKey(t *testing.T) {
+	for _, mode := range []runner.Ordering{runner.KeyOrder, runner.PartitionOrder} {
+		t.Run(mode.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				src := runnertest.New()
+				src.Append(
+					runner.Record{Topic: topic, Partition: 0, Offset: 0, Key: []byte("a")},
+					runner.Record{Topic: topic, Partition: 0, Offset: 1, Key: []byte("a")},
+					runner.Record{Topic: topic, Partition: 0, Offset: 2, Key: []byte("b")},
+				)
+				var fenced atomic.Bool
+				var mu sync.Mutex
+				var ran []int64
+				r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+					if rec.Offset == 0 && fenced.CompareAndSwap(false, true) {
+						return fmt.Errorf("inbox: lease moved on: %w", runner.ErrFenced) // once: transient
+					}
+					mu.Lock()
+					ran = append(ran, rec.Offset)
+					mu.Unlock()
+					return nil
+				}), runner.Order(mode), runner.CommitInterval(time.Millisecond))
+				started(t, r)
+				assign(t, src, tp(0))
+				synctest.Wait()
+				time.Sleep(time.Second) // fake time: many commit intervals
+				synctest.Wait()
+				mu.Lock()
+				defer mu.Unlock()
+				want := []int64{2} // key b goes on
+				if mode == runner.PartitionOrder {
+					want = nil // the partition's lane holds behind the fenced record
+				}
+				if !slices.Equal(ran, want) {
+					t.Fatalf("ran %v after offset 0 was fenced, want %v: a later record of the fenced one's lane ran", ran, want)
+				}
+				if off, ok := src.Committed(tp(0)); ok && off != 0 {
+					t.Fatalf("committed %d past the fenced record", off)
+				}
+			})
+		})
+	}
 }

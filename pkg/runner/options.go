@@ -99,6 +99,7 @@ type config struct {
 	assignHook     AssignHook
 	minRecordBytes int
 	maxCompression float64
+	window         int // 0: 2 * highRecords
 }
 
 // Option configures a Runner.
@@ -140,15 +141,37 @@ func WaterMarks(high, low int) Option {
 	return func(c *config) { c.highRecords, c.lowRecords = high, low }
 }
 
-// ByteWaterMarks is WaterMarks in bytes of key, value and headers. Defaults
-// 16 MiB and 8 MiB.
+// ByteWaterMarks is WaterMarks in bytes: what the partition's buffered and
+// in-flight records are charged, their key, value and header bytes as
+// allocated plus RecordOverhead each. A poll can overshoot the high mark by
+// the bytes it brings. Defaults 16 MiB and 8 MiB.
 func ByteWaterMarks(high, low int64) Option {
 	return func(c *config) { c.highBytes, c.lowBytes = high, low }
 }
 
-// MaxBufferedBytes caps the bytes buffered and in flight across all
-// partitions; at the cap every partition is paused until the total falls to
-// half of it. Default 256 MiB.
+// Window sets each partition's uncommitted window: the most records it may
+// have delivered and not yet behind its safe offset — buffered, in flight,
+// or finished behind an older record that has not (a record retried
+// forever under Block, or fenced, holds the commit while the records after
+// it finish). A partition is paused when the next poll could pass its
+// window, and resumed once the window is down by the gap between the water
+// marks: behind one stuck record the other keys go on until the window is
+// full, then the partition waits, and memory stays flat. Stats and the
+// tidemark.partition.uncommitted gauge show it; a partition paused with a
+// full window is logged, with the oldest unfinished record and why it has
+// not finished. It must be at least the high water mark. Default twice the
+// high water mark.
+func Window(records int) Option { return func(c *config) { c.window = records } }
+
+// MaxBufferedBytes caps what the consumer holds for records: its source's
+// share (SourceShare of it, see FetchLimits) and the runner's charge for
+// the records it buffers and runs (key, value and header bytes as allocated
+// plus RecordOverhead each, and the tracker slots of finished records
+// behind unfinished ones). The runner pauses every partition once its
+// charge reaches its own share less what one hand-over from the source can
+// add (so that it stays within its share after it), and resumes them at
+// half of that: docs/runner.md has the formula. New fails if that leaves no room. PartitionOverhead per owned
+// partition comes on top. Default 256 MiB.
 func MaxBufferedBytes(n int64) Option { return func(c *config) { c.maxBytes = n } }
 
 // RecordShape states what the memory bound (MaxBufferedBytes) assumes of
@@ -252,6 +275,8 @@ func (c *config) validate() error {
 		return bad("WaterMarks", "need 0 <= low < high and high >= 1, got high %d low %d", c.highRecords, c.lowRecords)
 	case c.highBytes < 1 || c.lowBytes < 0 || c.lowBytes >= c.highBytes:
 		return bad("ByteWaterMarks", "need 0 <= low < high and high >= 1, got high %d low %d", c.highBytes, c.lowBytes)
+	case c.window != 0 && c.window < c.highRecords:
+		return bad("Window", "%d is below the high water mark %d", c.window, c.highRecords)
 	case c.maxBytes < c.highBytes:
 		return bad("MaxBufferedBytes", "%d is below the byte high water mark %d", c.maxBytes, c.highBytes)
 	case c.commitInterval <= 0:
@@ -274,6 +299,13 @@ func (c *config) validate() error {
 		return bad("Logger", "nil logger")
 	case c.minRecordBytes < 1 || c.maxCompression < 1:
 		return bad("RecordShape", "need minBytes >= 1 and maxCompression >= 1, got %d and %g", c.minRecordBytes, c.maxCompression)
+	}
+	if c.window == 0 {
+		c.window = 2 * c.highRecords
+	}
+	if pauseAt, handover := c.globalLimits(); pauseAt < 1 {
+		return bad("MaxBufferedBytes", "%d leaves the runner no room: its source takes %g of it and one hand-over can add %d bytes (raise it, or narrow the WaterMarks' gap)",
+			c.maxBytes, SourceShare, handover)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -379,4 +380,98 @@ func TestFinalCommitFailureReported(t *testing.T) {
 	if werr := wait(); !errors.As(werr, &fce) {
 		t.Fatalf("Run = %v, want the *FinalCommitError too", werr)
 	}
+}
+
+// TestRevokeDrainDoesNotEndANewerAssignment: a revoke drain waits on an
+// in-flight record; the source then reports the partition assigned again
+// (the runner drops the old assignment as lost). The drain belongs to the
+// old assignment: when it finishes it must not revoke the new one, whose
+// records must run. (The drain used to look its partitions up by name and
+// revoke the new assignment, dropping every later batch as "not owned".)
+func TestRevokeDrainDoesNotEndANewerAssignment(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDriver()
+		handled := make(chan int64, 10)
+		r := newRunner(t, d, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+			if rec.Offset == 0 {
+				<-ctx.Done() // in flight until its assignment is dropped
+				return ctx.Err()
+			}
+			handled <- rec.Offset
+			return nil
+		}), runner.CommitInterval(time.Hour))
+		wait := started(t, r)
+		sink := d.sink(t)
+		ctx := context.Background()
+		if err := sink.Assigned(ctx, []runner.Assignment{{TP: tp(0), Start: 0, Generation: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sink.Fetched(ctx, []runner.Batch{batch(records(0, 0, 1, 1))}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // offset 0 is in flight
+		revoked := make(chan error, 1)
+		go func() { revoked <- sink.Revoked(ctx, []runner.TP{tp(0)}, time.Time{}) }()
+		synctest.Wait() // the drain waits on offset 0
+		if err := sink.Assigned(ctx, []runner.Assignment{{TP: tp(0), Start: 0, Generation: 2}}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		select {
+		case err := <-revoked:
+			if err != nil {
+				t.Fatalf("Revoked of the replaced assignment = %v, want nil", err)
+			}
+		default:
+			t.Fatal("Revoked still waits after its assignment was replaced")
+		}
+		if _, err := sink.Fetched(ctx, []runner.Batch{batch(records(0, 0, 2, 2))}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if n := len(handled); n != 1 {
+			t.Fatalf("the new assignment handled %d records, want 1 (offset 1; offset 0 blocks); stats %+v", n, r.Stats())
+		}
+		r.Close()
+		if err := wait(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestReassignWaitsForTheCommitInFlight: an assignment that replaces one
+// the runner still holds, without a Lost before it, drops the old one as
+// lost; like Lost, it is answered only after a commit built for the old
+// one was answered, so the source cannot send that commit under the new
+// generation. (It used to be answered at once.)
+func TestReassignWaitsForTheCommitInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		fill(src, 1, 10, 10)
+		held, release := src.HoldCommits()
+		defer release()
+		r := newRunner(t, src, runner.Handle(topic, func(context.Context, runner.Record) error { return nil }),
+			runner.CommitInterval(time.Millisecond))
+		started(t, r)
+		assign(t, src, tp(0))
+		<-held // a commit of the first assignment is in flight
+		again := make(chan error, 1)
+		go func() { again <- src.Assign(context.Background(), tp(0)) }()
+		synctest.Wait()
+		select {
+		case err := <-again:
+			t.Fatalf("the second Assign returned (%v) while a commit built for the first was in flight", err)
+		default:
+		}
+		release()
+		synctest.Wait()
+		select {
+		case err := <-again:
+			if err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatal("the second Assign did not return after the commit was answered")
+		}
+	})
 }

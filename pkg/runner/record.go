@@ -17,10 +17,12 @@ type Header struct {
 	Value []byte
 }
 
-// Record is one Kafka record handed to a Handler. The runner never changes a
-// Record after delivering it, so a handler may keep it after returning; the
-// handler must not modify Key, Value or Headers, which may be shared with the
-// client's buffers.
+// Record is one Kafka record handed to a Handler. Its Key, Value and
+// Headers are the runner's own copy, in memory the runner allocated for
+// this record alone: they share nothing with the client's buffers, and the
+// runner never changes or reuses them, so a handler may keep a Record after
+// returning. A handler must not modify them (a retry, or the dead-letter
+// write, sees the same bytes). Topic may be shared.
 type Record struct {
 	Topic     string
 	Partition int32
@@ -52,15 +54,6 @@ func (r *Record) Header(key string) ([]byte, bool) {
 		}
 	}
 	return nil, false
-}
-
-// size is what the record counts against the byte water marks.
-func (r *Record) size() int64 {
-	n := int64(len(r.Key) + len(r.Value))
-	for i := range r.Headers {
-		n += int64(len(r.Headers[i].Key) + len(r.Headers[i].Value))
-	}
-	return n
 }
 
 // Handler processes one record. A nil error marks the record complete; an

@@ -60,7 +60,7 @@ func TestLostReportCommitsNoneOfItsPartitions(t *testing.T) {
 // partitions resume (they used to stay paused forever).
 func TestGlobalPauseLiftsAfterALoss(t *testing.T) {
 	src := runnertest.New()
-	big := make([]byte, 100)
+	big := make([]byte, 10_000)
 	for i := range 20 {
 		src.Append(runner.Record{Topic: topic, Partition: 0, Offset: int64(i), Value: big})
 	}
@@ -73,8 +73,11 @@ func TestGlobalPauseLiftsAfterALoss(t *testing.T) {
 		handled1.Add(1)
 		return nil
 	}
+	// The global limit is about 8 of these records (memory.go's
+	// globalLimits), partition 0's own byte mark about 14.
 	r := newRunner(t, src, runner.Handle(topic, h), runner.Order(runner.Unordered), runner.Concurrency(1),
-		runner.ByteWaterMarks(1000, 500), runner.MaxBufferedBytes(1000), runner.CommitInterval(5*time.Millisecond))
+		runner.WaterMarks(20, 10), runner.ByteWaterMarks(150_000, 75_000), runner.MaxBufferedBytes(200_000),
+		runner.CommitInterval(5*time.Millisecond))
 	started(t, r)
 	assign(t, src, tp(0))
 	eventually(t, "partition 0 paused", func() bool { return src.Paused(tp(0)) })

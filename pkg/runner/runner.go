@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/pkg/rebalance"
+	"github.com/tidemark/tidemark/pkg/watermark"
 )
 
 // Runner consumes records from a Source and runs the registered handlers on
@@ -38,8 +39,8 @@ type Runner struct {
 	closeOnce sync.Once
 	loopDone  chan struct{} // closed when the loop has returned
 	runDone   chan struct{} // closed when Run has returned
-	started   atomic.Bool
-	runErr    error // set before runDone is closed
+	state     atomic.Int32  // lifeNew, then lifeRunning (Run) or lifeStopped (Shutdown or Close first)
+	runErr    error         // set before runDone is closed
 
 	stats statsBox
 
@@ -47,15 +48,23 @@ type Runner struct {
 	table        *rebalance.Table
 	parts        map[TP]*partState
 	ready        queue
-	inflight     int // tasks queued for or running on workers
-	totalBytes   int64
+	inflight     int   // tasks queued for or running on workers
+	totalBytes   int64 // what buffered and in-flight records are charged (memory.go)
+	slotBytes    int64 // what owned partitions' tracker slots are charged
+	heldBytes    int64 // what lanes held by fenced records are charged
 	totalCount   int
+	pauseAt      int64 // the charge at which every partition pauses (globalLimits)
+	bandCount    [bands]int
 	globalPaused bool
 	flowDirty    []*partState
 	pauseBuf     []TP
 	resumeBuf    []TP
-	free         []*task
-	freeLanes    []*lane
+	overhead     int64        // RecordOverhead(cfg.ordering) less the tracker slot, charged separately
+	free         []*task      // see freeTask
+	freeLanes    []*lane      // see freeLane
+	freeBytes    int64        // what the free lists hold
+	freeLow      int          // the least len(free) since the last trimFree
+	freeLanesLow int          // the least len(freeLanes) since then
 	keySeed      maphash.Seed // hashes KeyOrder's keys into lanes
 	drains       []*drain
 	drainTimer   *time.Timer
@@ -65,7 +74,7 @@ type Runner struct {
 	drainErr     error
 	pendingBuf   []rebalance.Commit
 	handlerCtx   context.Context
-	lostWaiting  []chan sinkReply
+	afterCommit  []chan sinkReply // Lost (or replacing Assigned) replies held until the commit in flight is answered
 }
 
 // New returns a Runner over src. It validates the options and returns a
@@ -99,6 +108,8 @@ func New(src Source, opts ...Option) (*Runner, error) {
 		keySeed:   maphash.MakeSeed(),
 	}
 	r.workq.cond.L = &r.workq.mu
+	r.pauseAt, _ = cfg.globalLimits()
+	r.overhead = RecordOverhead(cfg.ordering) - watermark.SlotBytes
 	if cfg.policy.kind == policyDeadLetter {
 		r.dlw = cfg.policy.writer
 		if r.dlw == nil {
@@ -128,11 +139,14 @@ func New(src Source, opts ...Option) (*Runner, error) {
 // DrainBudget. It returns nil after a clean stop, a *DrainError when handlers
 // were still running at the end of the drain budget (everything before them
 // was committed; they will be replayed), a *FinalCommitError (possibly
-// joined with the *DrainError) when the final commit was not acknowledged,
-// ErrStopped if the Runner already ran, or the source's error. When Run returns, every goroutine it started
-// has returned, provided handlers honour their ctx.
+// joined with the *DrainError) when the final commit was not acknowledged
+// — also when Close, or the end of Shutdown's ctx, cut a graceful stop
+// short —, ErrStopped if the Runner already ran or was stopped before Run
+// (then the source is not started), or the source's error.
+// When Run returns, every goroutine it started has returned, provided
+// handlers honour their ctx.
 func (r *Runner) Run(ctx context.Context) error {
-	if !r.started.CompareAndSwap(false, true) {
+	if !r.state.CompareAndSwap(lifeNew, lifeRunning) {
 		return ErrStopped
 	}
 	defer close(r.runDone)
@@ -193,23 +207,30 @@ func (r *Runner) Run(ctx context.Context) error {
 // Shutdown stops the runner gracefully: it stops fetching, drops buffered
 // records that have not started, waits for in-flight handlers, commits the
 // safe offsets synchronously, cancels what is still running, and closes the
-// source (leaving the group). The drain gets 70% of the time left until ctx's
-// deadline and the final commit and close the rest; without a deadline it
-// waits until the handlers finish or ctx is done. Shutdown returns when Run
-// has returned: nil after a clean stop, the *DrainError or *FinalCommitError
-// Run returned, or ctx.Err() if ctx ended first (then it calls Close). Calling Shutdown
-// before Run, or after Run returned, returns ErrStopped.
+// source (leaving the group). The drain gets 70% of the time left until
+// ctx's deadline; the final commit gets what is left of it (at most
+// CommitTimeout), then the source is closed. Without a deadline it waits
+// until the handlers finish or ctx is done. Shutdown returns when Run has
+// returned: nil after a clean stop, the *DrainError or *FinalCommitError
+// Run returned, or ctx.Err() if ctx ended first (then it calls Close, and
+// Run returns a *FinalCommitError unless the final commit had been
+// acknowledged). Called after Run returned, it returns what Run returned.
+//
+// Shutdown before Run stops the runner, as net/http's Shutdown stops a
+// Server before Serve: it returns nil, and a later Run returns ErrStopped
+// at once without starting the source (so a signal that arrives during
+// start-up is not lost).
 func (r *Runner) Shutdown(ctx context.Context) error {
-	if !r.started.Load() {
-		return ErrStopped
+	if r.state.CompareAndSwap(lifeNew, lifeStopped) || r.state.Load() == lifeStopped {
+		return nil
 	}
-	var deadline time.Time
+	var drainDeadline, deadline time.Time
 	if d, ok := ctx.Deadline(); ok {
 		now := time.Now()
-		deadline = now.Add(d.Sub(now) * 7 / 10)
+		drainDeadline, deadline = now.Add(d.Sub(now)*7/10), d
 	}
 	select {
-	case r.stopCh <- stopReq{deadline: deadline, ctxDone: ctx.Done()}:
+	case r.stopCh <- stopReq{drainDeadline: drainDeadline, deadline: deadline, ctxDone: ctx.Done()}:
 	case <-r.loopDone:
 	case <-ctx.Done():
 		r.Close()
@@ -226,9 +247,14 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 
 // Close stops the runner at once: no drain and no final commit (the last
 // acknowledged commit stands; records after it are replayed by the next
-// owner). Handlers' contexts are cancelled. Close does not wait for Run to
+// owner). Handlers' contexts are cancelled. Run returns nil, or a
+// *FinalCommitError if a graceful stop (Shutdown, or the end of Run's ctx)
+// had begun and its final commit was not yet acknowledged. Close before Run
+// stops the runner: Run then returns ErrStopped at once, without starting
+// the source. Close does not wait for Run to
 // return; it is safe to call more than once and from any goroutine.
 func (r *Runner) Close() error {
+	r.state.CompareAndSwap(lifeNew, lifeStopped) // before Run: Run will not start
 	r.closeOnce.Do(func() { close(r.closeCh) })
 	return nil
 }
@@ -269,15 +295,34 @@ func (e *FinalCommitError) Error() string {
 // Unwrap returns Err.
 func (e *FinalCommitError) Unwrap() error { return e.Err }
 
+// The lifecycle states of a Runner.
+const (
+	lifeNew     int32 = iota // before Run, Shutdown or Close
+	lifeRunning              // Run was called
+	lifeStopped              // Shutdown or Close came before Run: Run will not start
+)
+
 type stopReq struct {
-	deadline time.Time
-	ctxDone  <-chan struct{}
+	drainDeadline time.Time // zero: none
+	deadline      time.Time // Shutdown's own: bounds the final commit; zero: none
+	ctxDone       <-chan struct{}
 }
 
-// drain is a revoke or a shutdown waiting for in-flight handlers.
+// errClosedInStop is the cause of the *FinalCommitError Run returns when
+// Close (or the end of Shutdown's ctx) stops it before its final commit
+// was acknowledged.
+var errClosedInStop = errors.New("runner: closed before the final commit was acknowledged")
+
+// drain is a revoke or a shutdown waiting for in-flight handlers. It holds
+// the assignments it drains, not their names: the source may report a
+// partition assigned again while its old assignment drains, and the drain
+// must then neither wait for nor end the new one.
 type drain struct {
-	tps      []TP
+	parts    []*partState
 	deadline time.Time // zero: none
+	// commitBy bounds the final commit (Shutdown's deadline); zero: only
+	// CommitTimeout does.
+	commitBy time.Time
 	ctxDone  <-chan struct{}
 	reply    chan error // nil for a shutdown
 	stop     bool
@@ -314,14 +359,19 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 			r.checkDrains()
 		case s := <-r.stopCh:
 			stopCtxDone = s.ctxDone
-			r.beginStop(s.deadline, s.ctxDone)
+			r.beginStop(s.drainDeadline, s.deadline, s.ctxDone)
 		case <-ctxDone:
 			ctxDone = nil
-			r.beginStop(time.Now().Add(r.cfg.drainBudget), nil)
+			r.beginStop(time.Now().Add(r.cfg.drainBudget), time.Time{}, nil)
 		case <-stopCtxDone:
 			stopCtxDone = nil
 			r.checkDrains()
 		case <-r.closeCh:
+			if r.stopping {
+				// A graceful stop was under way and its final commit was
+				// not acknowledged (the loop would have returned).
+				return &FinalCommitError{Err: errClosedInStop}
+			}
 			return nil
 		case <-srcDone:
 			// srcErr is written before srcDone is closed.
@@ -350,20 +400,28 @@ func (r *Runner) onSink(req *sinkReq) {
 	}
 	switch req.kind {
 	case sinkAssigned:
+		replaced := false
 		for i, a := range req.assigns {
 			var f Applied
 			if req.applied != nil {
 				f = req.applied[i]
 			}
-			r.assign(a, f)
+			replaced = r.assign(a, f) || replaced
 		}
 		r.checkDrains() // an assignment can replace (lose) a partition a drain waits on
 		r.flushFlow()   // under the global cap, new partitions start paused
+		if replaced && r.committing != nil {
+			// The replaced assignments were lost: answer as for Lost, once
+			// a commit built for them can no longer reach the source.
+			r.afterCommit = append(r.afterCommit, req.reply)
+			return
+		}
 		req.reply <- sinkReply{}
 	case sinkFetched:
 		for i := range req.batches {
 			r.deliver(&req.batches[i])
 		}
+		r.fitFree()
 		// Pause before answering: the source's next poll must already
 		// leave out the partitions at their high water mark. Answer before
 		// dispatching (the loop dispatches right after), so the source's
@@ -380,7 +438,7 @@ func (r *Runner) onSink(req *sinkReq) {
 			// the source. Answer only after it was answered, so the
 			// source cannot rejoin, get the partition back and then send
 			// that old offset under the new generation.
-			r.lostWaiting = append(r.lostWaiting, req.reply)
+			r.afterCommit = append(r.afterCommit, req.reply)
 			return
 		}
 		req.reply <- sinkReply{}
@@ -394,13 +452,13 @@ func (r *Runner) onSink(req *sinkReq) {
 			// A partition already draining (a shutdown) joins this drain
 			// too, so the source waits for its final commit.
 			if ps := r.parts[tp]; ps != nil {
-				d.tps = append(d.tps, tp)
+				d.parts = append(d.parts, ps)
 				if !ps.revoking {
 					r.stopDispatch(ps)
 				}
 			}
 		}
-		if len(d.tps) == 0 {
+		if len(d.parts) == 0 {
 			req.replyErr <- nil
 			return
 		}
@@ -410,16 +468,20 @@ func (r *Runner) onSink(req *sinkReq) {
 	}
 }
 
-func (r *Runner) assign(a Assignment, applied Applied) {
+// assign sets up a new assignment of a.TP; it reports whether it replaced
+// one the runner still held (which it drops as lost).
+func (r *Runner) assign(a Assignment, applied Applied) (replaced bool) {
 	if old := r.parts[a.TP]; old != nil {
 		// A source reporting an assignment it already gave us has lost
 		// track; treat the old assignment as lost (never commit for it).
 		r.log.Warn("partition assigned again without a revoke; dropping the old assignment", "partition", a.TP.String())
 		r.lose(a.TP)
+		replaced = true
 	}
 	p := r.table.Assign(a.TP, a.Start)
 	ctx, cancel := context.WithCancel(r.handlerCtx)
-	ps := &partState{p: p, epoch: p.Epoch(), tp: a.TP, ctx: ctx, cancel: cancel, pendingPos: -1, hwm: -1, applied: applied}
+	ps := &partState{p: p, epoch: p.Epoch(), tp: a.TP, ctx: ctx, cancel: cancel, pendingPos: -1, hwm: -1, applied: applied,
+		band: -1, fencedOff: -1}
 	switch r.cfg.ordering {
 	case KeyOrder:
 		ps.lanes = map[uint64]*lane{}
@@ -432,6 +494,7 @@ func (r *Runner) assign(a Assignment, applied Applied) {
 	}
 	r.log.Debug("partition assigned", "partition", a.TP.String(), "epoch", uint64(ps.epoch), "start", a.Start,
 		"generation", a.Generation, "member", a.Member)
+	return replaced
 }
 
 func (r *Runner) deliver(b *Batch) {
@@ -454,11 +517,10 @@ func (r *Runner) deliver(b *Batch) {
 			continue
 		}
 		t := r.newTask()
-		t.rec = *rec
+		t.size = copyRecord(&t.rec, rec) + r.overhead
 		t.handler = h
 		t.ps = ps
 		t.epoch = ps.epoch
-		t.size = rec.size()
 		t.delivered = now
 		ps.link(t)
 		ps.count++
@@ -472,6 +534,7 @@ func (r *Runner) deliver(b *Batch) {
 		}
 		r.enqueue(ps, t)
 	}
+	r.setSlots(ps)
 	if b.HighWatermark > ps.hwm {
 		ps.hwm = b.HighWatermark
 	}
@@ -498,6 +561,7 @@ func (r *Runner) enqueue(ps *partState, t *task) {
 			if l == nil {
 				l = r.newLane(h)
 				ps.lanes[h] = l
+				ps.lanePeak = max(ps.lanePeak, len(ps.lanes))
 			}
 		}
 	case PartitionOrder:
@@ -566,26 +630,43 @@ func (r *Runner) onDone(t *task) {
 	r.totalBytes -= t.size
 	ps.unlink(t)
 
-	if t.res != resCancelled {
+	if t.res != resCancelled && t.res != resFenced {
 		switch ps.p.Complete(t.epoch, t.rec.Offset) {
 		case rebalance.Advanced:
+			r.setSlots(ps)
 			r.applyPosition(ps)
 		case rebalance.OldAssignment, rebalance.NotOwner:
 			r.tel.stale.Add(context.Background(), 1)
 		}
 	}
+	if t.res == resFenced && !ps.closed && (ps.fencedOff < 0 || t.rec.Offset < ps.fencedOff) {
+		// The safe offset never passes it in this assignment: remember
+		// it for the oldest-unfinished stats.
+		ps.fencedOff, ps.fencedAt, ps.fencedErr = t.rec.Offset, t.delivered, t.failure()
+	}
 	if l := t.lane; l != nil && !ps.closed {
-		if next := l.waiting.pop(); next != nil {
+		if t.res == resFenced {
+			// The record belongs to the partition's next owner, who
+			// replays it and what follows it. The lane stays busy, so
+			// the rest of its key (or partition) waits too: should the
+			// fence have been transient, a later record of the key must
+			// not apply before this one (invariant 5). A revoke or loss
+			// drops what waits. The lane stays charged meanwhile.
+			if !l.held {
+				l.held = true
+				ps.held++
+				r.heldBytes += laneCharge
+			}
+		} else if next := l.waiting.pop(); next != nil {
 			r.ready.push(next)
 		} else {
+			// An idle key lane stays in the map, a cache for a key that
+			// comes back, until trimLanes drops it.
 			l.busy = false
-			// An idle key lane stays in the map: most keys come back, and
-			// making a lane costs the key's string. sweepLanes bounds the
-			// idle ones.
-			if r.cfg.ordering == KeyOrder && len(ps.lanes) > r.laneCap() {
-				r.sweepLanes(ps)
-			}
 		}
+	}
+	if r.cfg.ordering == KeyOrder && !ps.closed {
+		r.trimLanes(ps)
 	}
 	r.freeTask(t)
 	if !ps.closed {
@@ -595,21 +676,6 @@ func (r *Runner) onDone(t *task) {
 	}
 	if ps.revoking && ps.inflight == 0 {
 		r.checkDrains()
-	}
-}
-
-// laneCap is how many key lanes a partition keeps before idle ones are
-// dropped: at most one lane per buffered record is ever busy, so idle lanes
-// beyond the high water mark are only a cache.
-func (r *Runner) laneCap() int { return 2 * r.cfg.highRecords }
-
-// sweepLanes drops a partition's idle key lanes.
-func (r *Runner) sweepLanes(ps *partState) {
-	for k, l := range ps.lanes {
-		if !l.busy {
-			delete(ps.lanes, k)
-			r.freeLane(l)
-		}
 	}
 }
 
@@ -646,6 +712,7 @@ func (r *Runner) stopDispatch(ps *partState) {
 		ps.paused = false
 		r.flowDirty = append(r.flowDirty, ps)
 	}
+	r.setBand(ps)
 	r.checkGlobal()
 }
 
@@ -674,6 +741,7 @@ func (r *Runner) lose(tp TP) {
 	r.table.Lose(tp)
 	ps.closed = true
 	ps.cancel()
+	r.release(ps)
 	delete(r.parts, tp)
 	r.tel.lost.Add(context.Background(), 1)
 	r.log.Warn("partition lost; nothing will be committed for it", "partition", tp.String(), "epoch", uint64(ps.epoch), "in_flight", ps.inflight)
@@ -684,17 +752,20 @@ func (r *Runner) lose(tp TP) {
 	r.checkGlobal()
 }
 
-func (r *Runner) beginStop(deadline time.Time, ctxDone <-chan struct{}) {
+// beginStop starts a graceful stop: a drain of every partition until
+// deadline (zero: none) or until ctxDone, then a final commit bounded by
+// commitBy (zero: CommitTimeout alone).
+func (r *Runner) beginStop(deadline, commitBy time.Time, ctxDone <-chan struct{}) {
 	if r.stopping {
 		return
 	}
 	r.stopping = true
 	r.log.Info("stopping: draining in-flight handlers", "partitions", len(r.parts), "in_flight", r.inflight, "deadline", deadline)
-	d := &drain{deadline: deadline, ctxDone: ctxDone, stop: true}
-	for tp, ps := range r.parts {
+	d := &drain{deadline: deadline, commitBy: commitBy, ctxDone: ctxDone, stop: true}
+	for _, ps := range r.parts {
 		// A partition already draining for a revoke joins the stop drain
 		// too: the stop must not end before that revoke's handlers did.
-		d.tps = append(d.tps, tp)
+		d.parts = append(d.parts, ps)
 		if !ps.revoking {
 			r.stopDispatch(ps)
 		}
@@ -721,8 +792,8 @@ func (r *Runner) checkDrains() {
 			}
 		}
 		idle := true
-		for _, tp := range d.tps {
-			if ps := r.parts[tp]; ps != nil && ps.inflight > 0 {
+		for _, ps := range d.parts {
+			if !ps.closed && ps.inflight > 0 {
 				idle = false
 				break
 			}
@@ -761,8 +832,14 @@ func (r *Runner) finalCommit() {
 	}
 	r.drains = rest
 	// The drain's time may be up: the final commit gets its own
-	// CommitTimeout (Shutdown's ctx still bounds the whole stop).
-	c := r.newCommit(time.Time{})
+	// CommitTimeout, within what is left of Shutdown's budget.
+	var by time.Time
+	for _, d := range ready {
+		if !d.commitBy.IsZero() && (by.IsZero() || d.commitBy.Before(by)) {
+			by = d.commitBy
+		}
+	}
+	c := r.newCommit(by)
 	c.drains = ready
 	if len(c.offsets) == 0 {
 		r.finishDrains(ready, nil)
@@ -793,6 +870,7 @@ func (r *Runner) send(c *commitReq) {
 // offsets and a refresh of the stats the probes and gauges read.
 func (r *Runner) tick() {
 	r.publishStats()
+	r.trimFree()
 	if r.committing != nil || r.stopping {
 		return
 	}
@@ -804,10 +882,10 @@ func (r *Runner) tick() {
 
 func (r *Runner) onCommitted(c *commitReq) {
 	r.committing = nil
-	for _, reply := range r.lostWaiting {
+	for _, reply := range r.afterCommit {
 		reply <- sinkReply{}
 	}
-	r.lostWaiting = r.lostWaiting[:0]
+	r.afterCommit = r.afterCommit[:0]
 	r.tel.commitLatency.Record(context.Background(), c.took.Seconds())
 	if c.err != nil {
 		r.tel.commitFailures.Add(context.Background(), 1)
@@ -834,24 +912,24 @@ func (r *Runner) onCommitted(c *commitReq) {
 	r.finalCommit()
 }
 
-// finishDrains ends the epochs of drained partitions after their final
-// commit and answers the source.
-// finishDrains ends drains after their final commit; commitErr is that
-// commit's failure, reported with each drain's result.
+// finishDrains ends drains after their final commit, ending the epochs of
+// their partitions and answering the source; commitErr is that commit's
+// failure, reported with each drain's result.
 func (r *Runner) finishDrains(ds []*drain, commitErr error) {
 	for _, d := range ds {
 		unfinished := map[TP]int64{}
-		for _, tp := range d.tps {
-			ps := r.parts[tp]
-			if ps == nil {
-				continue // lost while draining
+		for _, ps := range d.parts {
+			if ps.closed {
+				continue // lost, or assigned anew, while draining
 			}
+			tp := ps.tp
 			if ps.inflight > 0 {
 				unfinished[tp] = ps.p.Safe()
 			}
 			final, _ := r.table.Revoke(tp)
 			ps.closed = true
 			ps.cancel()
+			r.release(ps)
 			delete(r.parts, tp)
 			r.log.Info("partition revoked", "partition", tp.String(), "epoch", uint64(ps.epoch), "safe", final, "acknowledged", ps.p.Acknowledged(), "unfinished", ps.inflight)
 		}
@@ -872,141 +950,18 @@ func (r *Runner) finishDrains(ds []*drain, commitErr error) {
 	}
 }
 
-// budget is how many records the next poll may take without pushing an
-// unpaused partition past its high water mark. It is never below
-// pollChunk, because checkFlow pauses a partition once its room falls below
-// that: a single nearly full partition must not shrink every poll to a few
-// records.
-func (r *Runner) budget() int {
-	// A paused partition is fetched again only after it was resumed at the
-	// low water mark, and a poll issued now may return only after that: its
-	// room counts as high minus low.
-	b := r.cfg.highRecords - r.cfg.lowRecords
-	for _, ps := range r.parts {
-		if ps.paused || ps.revoking {
-			continue
-		}
-		if room := r.cfg.highRecords - ps.count; room < b {
-			b = room
-		}
-	}
-	return max(b, 1)
-}
-
-// pollChunk is the least room an unpaused partition keeps below its high
-// water mark: half the gap between the water marks.
-func (r *Runner) pollChunk() int {
-	return max((r.cfg.highRecords-r.cfg.lowRecords)/2, 1)
-}
-
-// checkFlow pauses a partition when the next poll could push it past its
-// high water mark (its room is below pollChunk, or its bytes reached the byte
-// high water mark), resumes it at the low water marks, and applies the
-// global byte cap.
-func (r *Runner) checkFlow(ps *partState) {
-	if !ps.revoking {
-		switch {
-		case !ps.paused && (r.cfg.highRecords-ps.count < r.pollChunk() || ps.bytes >= r.cfg.highBytes):
-			ps.paused = true
-			r.flowDirty = append(r.flowDirty, ps)
-		case ps.paused && ps.count <= r.cfg.lowRecords && ps.bytes <= r.cfg.lowBytes:
-			ps.paused = false
-			r.flowDirty = append(r.flowDirty, ps)
-		}
-	}
-	r.checkGlobal()
-}
-
-// checkGlobal applies the global byte cap: every partition pauses while the
-// total is at the cap and resumes once it fell to half. It runs whenever the
-// total falls, including when a lost or revoked partition's bytes leave it.
-func (r *Runner) checkGlobal() {
-	switch {
-	case !r.globalPaused && r.totalBytes >= r.cfg.maxBytes:
-		r.globalPaused = true
-		for _, p := range r.parts {
-			r.flowDirty = append(r.flowDirty, p)
-		}
-	case r.globalPaused && r.totalBytes <= r.cfg.maxBytes/2:
-		r.globalPaused = false
-		for _, p := range r.parts {
-			r.flowDirty = append(r.flowDirty, p)
-		}
-	}
-}
-
-// flushFlow tells the source about partitions whose paused state changed.
-func (r *Runner) flushFlow() {
-	if len(r.flowDirty) == 0 {
-		return
-	}
-	r.pauseBuf, r.resumeBuf = r.pauseBuf[:0], r.resumeBuf[:0]
-	for _, ps := range r.flowDirty {
-		if ps.closed {
-			continue
-		}
-		want := (ps.paused || r.globalPaused || r.stopping) && !ps.revoking
-		if r.stopping {
-			want = true
-		}
-		if want == ps.srcPaused {
-			continue
-		}
-		ps.srcPaused = want
-		if want {
-			r.pauseBuf = append(r.pauseBuf, ps.tp)
-		} else {
-			r.resumeBuf = append(r.resumeBuf, ps.tp)
-		}
-	}
-	r.flowDirty = r.flowDirty[:0]
-	if len(r.pauseBuf) > 0 {
-		r.src.Pause(r.pauseBuf)
-		r.tel.pauses.Add(context.Background(), int64(len(r.pauseBuf)))
-	}
-	if len(r.resumeBuf) > 0 {
-		r.src.Resume(r.resumeBuf)
-	}
-}
-
-func (r *Runner) newTask() *task {
-	if n := len(r.free); n > 0 {
-		t := r.free[n-1]
-		r.free = r.free[:n-1]
-		return t
-	}
-	return &task{}
-}
-
-func (r *Runner) freeTask(t *task) {
-	*t = task{}
-	r.free = append(r.free, t)
-}
-
-func (r *Runner) newLane(key uint64) *lane {
-	if n := len(r.freeLanes); n > 0 {
-		l := r.freeLanes[n-1]
-		r.freeLanes = r.freeLanes[:n-1]
-		l.key = key
-		return l
-	}
-	return &lane{key: key}
-}
-
-func (r *Runner) freeLane(l *lane) {
-	*l = lane{}
-	r.freeLanes = append(r.freeLanes, l)
-}
-
 // committer is the one goroutine that calls Source.Commit, one request at a
 // time, so commits are sequenced and the poll loop never blocks on the
 // broker.
 func (r *Runner) committer(ctx context.Context) {
 	for c := range r.commitReq {
-		cctx, cancel := context.WithTimeout(ctx, r.cfg.commitTimeout)
-		if !c.deadline.IsZero() {
-			cctx, cancel = context.WithDeadline(ctx, c.deadline)
+		// CommitTimeout bounds every request; a final commit of a
+		// shutdown also ends with Shutdown's ctx (c.deadline).
+		by := time.Now().Add(r.cfg.commitTimeout)
+		if !c.deadline.IsZero() && c.deadline.Before(by) {
+			by = c.deadline
 		}
+		cctx, cancel := context.WithDeadline(ctx, by)
 		start := time.Now()
 		c.err = r.src.Commit(cctx, c.offsets)
 		c.took = time.Since(start)

@@ -96,7 +96,10 @@ type Batch struct {
 // that every method returns ErrStopped at once.
 type Sink interface {
 	// Assigned sets up the partitions with fresh epochs before any of their
-	// records are delivered.
+	// records are delivered. A partition the runner still holds from an
+	// earlier assignment (no Revoked or Lost came between) is dropped as
+	// lost first, and then, as for Lost, Assigned returns only once no
+	// commit built before can still reach Source.Commit.
 	Assigned(ctx context.Context, parts []Assignment) error
 	// Revoked stops dispatch for tps, drains their in-flight handlers until
 	// everything is done or the deadline passes (zero: the runner's drain
@@ -110,15 +113,18 @@ type Sink interface {
 	// built before the loss can still reach Source.Commit.
 	Lost(ctx context.Context, tps []TP) error
 	// Fetched hands over records. It returns how many records the next poll
-	// may take without pushing any unpaused partition past its high water
-	// mark (at least 1). Called with no batches it only returns that budget:
-	// sources call it so before their first poll. The runner copies what it
-	// keeps: the source may reuse the batches' memory once it returned.
+	// may take, in all, without pushing any unpaused partition past its high
+	// water mark or its uncommitted window (at least 1). Called with no
+	// batches it only returns that budget: sources call it so before their
+	// first poll. The runner copies everything it keeps, the records' key,
+	// value and header bytes included: the source may reuse or release the
+	// batches' memory, and its client's buffers, once it returned.
 	Fetched(ctx context.Context, batches []Batch) (budget int, err error)
 }
 
 // ErrStopped is returned by Sink methods once the runner is stopping, and by
-// Run when called on a runner that already ran.
+// Run when called on a runner that already ran or that Shutdown or Close
+// stopped before Run.
 var ErrStopped = errors.New("runner: stopped")
 
 // DeadLetterWriter writes a record that failed every attempt to a dead-letter
@@ -132,8 +138,10 @@ type DeadLetterWriter interface {
 // ErrFenced is returned, wrapped, by a handler that found its partition's
 // lease taken by a newer owner (pkg/inbox does this). The record is neither
 // completed nor retried: the attempt changed nothing, and the record belongs
-// to the new owner, who will handle it. It is counted in
-// tidemark.records.fenced.
+// to the new owner, who will handle it. Its lane stays held: the later
+// records of its key (KeyOrder) or partition (PartitionOrder) wait for the
+// revoke or loss that follows, so none of them applies before it. It is
+// counted in tidemark.records.fenced.
 var ErrFenced = errors.New("runner: fenced by a newer owner")
 
 // AssignHook runs once for each assignment report (Sink.Assigned), with
@@ -194,6 +202,8 @@ type FetchLimits struct {
 	// its client's fetch buffers as they came from the broker, decompressed
 	// and decoded, and the adapter's own copies of records it took from the
 	// client and has not handed over. It is SourceShare of MaxBufferedBytes.
+	// The runner's own limit assumes it: a hand-over brings at most Bytes
+	// of key, value and header bytes.
 	Bytes int64
 	// PartitionBytes is the most one partition's records from one fetch
 	// should bring: the gap between the byte water marks, the room a

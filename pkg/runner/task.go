@@ -25,6 +25,9 @@ type task struct {
 	// Set by the worker before it hands the task back.
 	res      result
 	attempts int
+	// fail is the last failed attempt, set by the worker as it happens (the
+	// poll goroutine reads it for the oldest-unfinished stats).
+	fail atomic.Pointer[failure]
 
 	started bool // dispatched to a worker
 	dropped bool // removed by a revoke, lost or shutdown before it started
@@ -37,6 +40,20 @@ type task struct {
 	nextQ *task
 }
 
+// failure is a task's last failed attempt.
+type failure struct {
+	attempts int
+	err      string
+}
+
+// failure returns the message of t's last failed attempt, or "".
+func (t *task) failure() string {
+	if f := t.fail.Load(); f != nil {
+		return f.err
+	}
+	return ""
+}
+
 // result is how a worker finished a task.
 type result uint8
 
@@ -45,6 +62,7 @@ const (
 	resDeadLettered               // written to the dead-letter topic
 	resSkipped                    // skipped by the Skip policy
 	resCancelled                  // ctx ended first: not complete
+	resFenced                     // the handler returned ErrFenced: not complete, and its lane holds
 )
 
 // queue is an intrusive FIFO of tasks linked through nextQ.
@@ -82,7 +100,8 @@ func (q *queue) pop() *task {
 // (PartitionOrder): at most one of its tasks is ready or in flight at a time.
 type lane struct {
 	key     uint64 // the key's hash (KeyOrder)
-	busy    bool
+	busy    bool   // a task of the lane is ready or in flight, or the lane is held
+	held    bool   // held by a fenced record until the partition's assignment ends
 	waiting queue
 }
 
@@ -101,14 +120,19 @@ type partState struct {
 	// lanes holds KeyOrder's lanes by the hash of the key (seeded per
 	// runner). Two keys whose 64-bit hashes collide share a lane: they run
 	// one after the other, which costs parallelism, never order.
-	lanes map[uint64]*lane
-	lane  *lane // PartitionOrder
+	lanes    map[uint64]*lane
+	lanePeak int   // the most lanes since the map was made (trimLanes)
+	held     int   // lanes held by fenced records
+	lane     *lane // PartitionOrder
 
-	count     int   // buffered + in flight
-	bytes     int64 // buffered + in flight
-	inflight  int
-	paused    bool // paused by this partition's water marks
-	srcPaused bool // what the source was last told
+	count        int   // buffered + in flight
+	bytes        int64 // what buffered and in-flight records are charged
+	slotBytes    int64 // what its tracker slots are charged
+	inflight     int
+	paused       bool // paused by this partition's water marks or its window
+	windowWarned bool // paused with its window full, and logged
+	srcPaused    bool // what the source was last told
+	band         int  // its budget band (flow.go), or -1
 
 	revoking bool        // dispatch stopped; waiting for the drain
 	draining atomic.Bool // revoking, as workers see it: skip tasks not started
@@ -116,6 +140,12 @@ type partState struct {
 
 	pendingPos int64 // a fetch position to apply once nothing is outstanding
 	hwm        int64 // the last high watermark a fetch reported
+
+	// The lowest record fenced in this assignment (-1: none): the safe
+	// offset never passes it, and no task is left for it.
+	fencedOff int64
+	fencedAt  time.Time // when it was fetched
+	fencedErr string
 
 	oldest, newest *task // outstanding list
 }

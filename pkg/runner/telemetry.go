@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -25,7 +26,7 @@ type telemetry struct {
 	retried, deadLettered       metric.Int64Counter
 	skipped, stale, lost        metric.Int64Counter
 	revokes, pauses, outOfOrder metric.Int64Counter
-	commitFailures              metric.Int64Counter
+	commitFailures, windowFull  metric.Int64Counter
 	replaySkipped, fenced       metric.Int64Counter
 	duration, commitLatency     metric.Float64Histogram
 	topicAttrs                  map[string]topicOpts
@@ -70,6 +71,10 @@ func newTelemetry(mp metric.MeterProvider, r *Runner) (*telemetry, error) {
 	t.replaySkipped = counter("tidemark.records.replay_skipped", "Records completed without running the handler because they were already applied.")
 	t.fenced = counter("tidemark.records.fenced", "Handler attempts fenced by a newer owner of the partition.")
 	t.commitFailures = counter("tidemark.commit.failures", "Commit requests that failed or had an unknown outcome.")
+	t.windowFull = counter("tidemark.partitions.window_pauses", "Times a partition was paused with its uncommitted window full behind an unfinished record.")
+	if err != nil {
+		return nil, err
+	}
 	t.duration, err = m.Float64Histogram("tidemark.handler.duration", metric.WithUnit("s"), metric.WithDescription("Time from a record's first attempt to its success."))
 	if err != nil {
 		return nil, err
@@ -78,36 +83,64 @@ func newTelemetry(mp metric.MeterProvider, r *Runner) (*telemetry, error) {
 	if err != nil {
 		return nil, err
 	}
-	inflight, _ := m.Int64ObservableGauge("tidemark.records.in_flight", metric.WithDescription("Records whose handler is running."))
-	buffered, _ := m.Int64ObservableGauge("tidemark.records.buffered", metric.WithDescription("Records fetched and not finished (buffered plus in flight)."))
-	paused, _ := m.Int64ObservableGauge("tidemark.partitions.paused", metric.WithDescription("Partitions paused by flow control."))
-	owned, _ := m.Int64ObservableGauge("tidemark.partitions.owned", metric.WithDescription("Partitions assigned to this member."))
-	oldest, _ := m.Float64ObservableGauge("tidemark.record.oldest_age", metric.WithUnit("s"), metric.WithDescription("Age of the oldest unfinished record, per partition."))
-	lag, _ := m.Int64ObservableGauge("tidemark.consumer.lag", metric.WithDescription("High watermark minus the acknowledged committed offset, per partition."))
+	gauge := func(name, desc string, opts ...metric.Int64ObservableGaugeOption) metric.Int64ObservableGauge {
+		g, e := m.Int64ObservableGauge(name, append(opts, metric.WithDescription(desc))...)
+		if e != nil && err == nil {
+			err = e
+		}
+		return g
+	}
+	inflight := gauge("tidemark.records.in_flight", "Records whose handler is running.")
+	buffered := gauge("tidemark.records.buffered", "Records fetched and not finished (buffered plus in flight).")
+	charged := gauge("tidemark.records.bytes", "What the runner charges against MaxBufferedBytes: its records' key, value and header bytes as allocated plus RecordOverhead each, and the tracker slots of finished records behind unfinished ones.", metric.WithUnit("By"))
+	paused := gauge("tidemark.partitions.paused", "Partitions paused by flow control.")
+	windowFull := gauge("tidemark.partitions.window_full", "Partitions paused with their uncommitted window full.")
+	owned := gauge("tidemark.partitions.owned", "Partitions assigned to this member.")
+	uncommitted := gauge("tidemark.partition.uncommitted", "Records delivered and not yet behind the safe offset (the uncommitted window), per partition.")
+	lag := gauge("tidemark.consumer.lag", "High watermark minus the acknowledged committed offset, per partition.")
+	oldest, e := m.Float64ObservableGauge("tidemark.record.oldest_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest unfinished record, per partition; tidemark.record.state says why it has not finished (queued, running, retrying, fenced)."))
+	if e != nil && err == nil {
+		err = e
+	}
 	if err != nil {
 		return nil, err
 	}
 	t.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		s := r.Stats()
+		// Read the snapshot in place: copying it (Stats) would allocate
+		// O(partitions) per collection.
+		r.stats.mu.Lock()
+		defer r.stats.mu.Unlock()
+		s := &r.stats.s
 		o.ObserveInt64(inflight, int64(s.InFlight))
 		o.ObserveInt64(buffered, int64(s.Buffered))
+		o.ObserveInt64(charged, s.Bytes)
 		o.ObserveInt64(owned, int64(len(s.Partitions)))
-		var np int64
-		for _, p := range s.Partitions {
-			attrs := metric.WithAttributes(
+		var np, nw int64
+		for i := range s.Partitions {
+			p := &s.Partitions[i]
+			part := metric.WithAttributes(
 				attribute.String("messaging.destination.name", p.TP.Topic),
 				attribute.Int("messaging.destination.partition.id", int(p.TP.Partition)))
 			if p.Paused {
 				np++
 			}
-			o.ObserveFloat64(oldest, p.OldestAge.Seconds(), attrs)
+			if p.WindowFull {
+				nw++
+			}
+			o.ObserveFloat64(oldest, p.OldestAge.Seconds(), metric.WithAttributes(
+				attribute.String("messaging.destination.name", p.TP.Topic),
+				attribute.Int("messaging.destination.partition.id", int(p.TP.Partition)),
+				attribute.String("tidemark.record.state", p.OldestState.String())))
+			o.ObserveInt64(uncommitted, int64(p.Outstanding), part)
 			if p.HighWatermark >= 0 && p.Acknowledged >= 0 {
-				o.ObserveInt64(lag, max(p.HighWatermark-p.Acknowledged, 0), attrs)
+				o.ObserveInt64(lag, max(p.HighWatermark-p.Acknowledged, 0), part)
 			}
 		}
 		o.ObserveInt64(paused, np)
+		o.ObserveInt64(windowFull, nw)
 		return nil
-	}, inflight, buffered, paused, owned, oldest, lag)
+	}, inflight, buffered, charged, paused, windowFull, owned, uncommitted, oldest, lag)
 	if err != nil {
 		return nil, err
 	}
@@ -217,9 +250,14 @@ type Stats struct {
 	// intervals: the loop itself is stuck, not a handler.
 	LoopAt time.Time
 	// Stopping is true once a shutdown began.
-	Stopping   bool
-	InFlight   int
-	Buffered   int
+	Stopping bool
+	InFlight int
+	Buffered int
+	// Bytes is what the runner charges against MaxBufferedBytes: its
+	// records' key, value and header bytes as allocated plus
+	// RecordOverhead each, and the tracker slots of finished records
+	// behind unfinished ones.
+	Bytes      int64
 	Partitions []PartitionStats
 }
 
@@ -232,15 +270,66 @@ type PartitionStats struct {
 	HighWatermark int64
 	Buffered      int
 	InFlight      int
-	Paused        bool
-	// OldestAge is how long the oldest unfinished record has waited since it
-	// was fetched; zero when none is unfinished.
-	OldestAge time.Duration
+	// Bytes is what its buffered and in-flight records are charged (what
+	// ByteWaterMarks bound).
+	Bytes  int64
+	Paused bool
+	// Outstanding is its uncommitted window: records delivered and not yet
+	// behind the safe offset (see Window). WindowFull is set while it is
+	// paused with its window full.
+	Outstanding int
+	WindowFull  bool
+	// The oldest unfinished record, the one the safe offset waits for:
+	// OldestOffset is its offset (-1 when none is unfinished), OldestAge
+	// how long it has waited since it was fetched, OldestState why it has
+	// not finished, OldestAttempts its failed attempts so far and
+	// OldestError the last one's error.
+	OldestOffset   int64
+	OldestAge      time.Duration
+	OldestState    RecordState
+	OldestAttempts int
+	OldestError    string
+}
+
+// RecordState says why an unfinished record has not finished.
+type RecordState uint8
+
+const (
+	// NoRecord: no record is unfinished.
+	NoRecord RecordState = iota
+	// Queued: fetched, waiting for a free worker (Concurrency).
+	Queued
+	// Running: its handler runs, and has not failed yet.
+	Running
+	// Retrying: its handler failed at least once and is retried with
+	// backoff (Block forever; DeadLetter until the write is acknowledged).
+	Retrying
+	// Fenced: its handler returned ErrFenced; the record, and its key's
+	// records after it, are left to the partition's next owner.
+	Fenced
+)
+
+// String returns "none", "queued", "running", "retrying" or "fenced".
+func (s RecordState) String() string {
+	switch s {
+	case NoRecord:
+		return "none"
+	case Queued:
+		return "queued"
+	case Running:
+		return "running"
+	case Retrying:
+		return "retrying"
+	case Fenced:
+		return "fenced"
+	}
+	return "RecordState(" + strconv.Itoa(int(s)) + ")"
 }
 
 type statsBox struct {
-	mu sync.Mutex
-	s  Stats
+	mu    sync.Mutex
+	s     Stats
+	spare []PartitionStats // the previous snapshot's, reused by the next
 }
 
 // Stats returns the latest snapshot. It is safe to call from any goroutine.
@@ -252,20 +341,72 @@ func (r *Runner) Stats() Stats {
 	return s
 }
 
+// oldestRecord describes a partition's oldest unfinished record.
+type oldestRecord struct {
+	offset   int64 // -1: none
+	age      time.Duration
+	state    RecordState
+	attempts int
+	err      string
+}
+
+func (o oldestRecord) record(tp TP) string {
+	if o.offset < 0 {
+		return ""
+	}
+	return tp.String() + "@" + strconv.FormatInt(o.offset, 10)
+}
+
+// oldest finds ps's oldest unfinished record: the tracker's oldest
+// outstanding offset. It is the head of ps's list of tasks, or, when it has
+// no task any more, the fenced record the safe offset cannot pass.
+func (r *Runner) oldest(ps *partState) oldestRecord {
+	off, ok := ps.p.Tracker().Oldest()
+	if !ok {
+		return oldestRecord{offset: -1}
+	}
+	o := oldestRecord{offset: off}
+	now := time.Now()
+	switch t := ps.oldest; {
+	case t != nil && t.rec.Offset == off:
+		o.age = now.Sub(t.delivered)
+		switch f := t.fail.Load(); {
+		case !t.started:
+			o.state = Queued
+		case f == nil:
+			o.state = Running
+		default:
+			o.state, o.attempts, o.err = Retrying, f.attempts, f.err
+		}
+	case ps.fencedOff == off:
+		o.age, o.state, o.attempts, o.err = now.Sub(ps.fencedAt), Fenced, 1, ps.fencedErr
+	}
+	return o
+}
+
+// publishStats refreshes the snapshot. It reuses the previous snapshot's
+// slice: Stats copies under the lock, so nothing else refers to it.
 func (r *Runner) publishStats() {
 	now := time.Now()
-	s := Stats{LoopAt: now, Stopping: r.stopping, InFlight: r.inflight, Buffered: r.totalCount}
+	s := Stats{LoopAt: now, Stopping: r.stopping, InFlight: r.inflight, Buffered: r.totalCount, Bytes: r.charged()}
+	s.Partitions = r.stats.spare[:0]
 	for _, ps := range r.parts {
-		p := PartitionStats{
+		outstanding := ps.p.Tracker().Outstanding()
+		o := r.oldest(ps)
+		s.Partitions = append(s.Partitions, PartitionStats{
 			TP: ps.tp, Epoch: uint64(ps.epoch), Safe: ps.p.Safe(), Acknowledged: ps.p.Acknowledged(),
-			HighWatermark: ps.hwm, Buffered: ps.count, InFlight: ps.inflight, Paused: ps.srcPaused,
-		}
-		if ps.oldest != nil {
-			p.OldestAge = now.Sub(ps.oldest.delivered)
-		}
-		s.Partitions = append(s.Partitions, p)
+			HighWatermark: ps.hwm, Buffered: ps.count, InFlight: ps.inflight, Bytes: ps.bytes, Paused: ps.srcPaused,
+			Outstanding: outstanding, WindowFull: ps.paused && r.cfg.window-outstanding < r.pollChunk(),
+			OldestOffset: o.offset, OldestAge: o.age, OldestState: o.state, OldestAttempts: o.attempts, OldestError: o.err,
+		})
 	}
 	r.stats.mu.Lock()
+	old := r.stats.s.Partitions
 	r.stats.s = s
 	r.stats.mu.Unlock()
+	clear(old) // drop references to old error strings
+	if cap(old) > 4*len(s.Partitions)+16 {
+		old = nil // the partitions are far fewer than they were
+	}
+	r.stats.spare = old
 }

@@ -11,19 +11,24 @@ import (
 	"time"
 )
 
-// PanicError is a handler panic turned into a failed attempt. The runner
-// recovers panics instead of letting them crash the process (unlike
+// PanicError is a panic in user code turned into a failed attempt: in the
+// handler, in the assign hook's Applied filter (checked at the start of
+// every attempt), or in the DeadLetterWriter (a failed write, retried). The
+// runner recovers panics instead of letting them crash the process (unlike
 // errgroup, which leaves them alone) because one poison record must not take
 // down every partition of the member: the panic is handled exactly like an
 // error, by the failure policy, with its stack kept for the log.
 type PanicError struct {
 	Record string // topic/partition@offset
-	Value  any
-	Stack  []byte
+	// In names the code that panicked: "handler", "Applied filter" or
+	// "DeadLetterWriter".
+	In    string
+	Value any
+	Stack []byte
 }
 
 func (e *PanicError) Error() string {
-	return fmt.Sprintf("runner: handler panicked on %s: %v", e.Record, e.Value)
+	return fmt.Sprintf("runner: %s panicked on %s: %v", e.In, e.Record, e.Value)
 }
 
 // worker runs tasks until the work queue is closed.
@@ -35,11 +40,6 @@ func (r *Runner) worker() {
 			// since the task was queued: leave the record to the next
 			// owner rather than lengthen the drain.
 			t.res = resCancelled
-		case t.ps.applied != nil && t.ps.applied(t.rec.Offset):
-			// Applied before (a replay after a restart or a handoff):
-			// complete it without running the handler again.
-			t.res = resHandled
-			r.tel.replaySkipped.Add(context.Background(), 1)
 		default:
 			r.execute(t)
 		}
@@ -146,7 +146,14 @@ func (r *Runner) execute(t *task) {
 	}
 	for attempt := 1; ; attempt++ {
 		t.attempts = attempt
-		err := r.attempt(ctx, t)
+		applied, err := r.attempt(ctx, t)
+		if err == nil && applied {
+			// Applied before (a replay after a restart or a handoff):
+			// complete it without running the handler again.
+			t.res = resHandled
+			r.tel.replaySkipped.Add(ctx, 1)
+			return
+		}
 		if err == nil {
 			t.res = resHandled
 			r.tel.handled(ctx, rec.Topic, timed, start)
@@ -160,13 +167,15 @@ func (r *Runner) execute(t *task) {
 			return
 		}
 		if errors.Is(err, ErrFenced) {
+			t.fail.Store(&failure{attempts: attempt, err: err.Error()})
 			r.log.Warn("handler fenced by a newer owner; leaving the record to it", "record", rec.String(), "err", err)
 			r.tel.fenced.Add(ctx, 1)
-			t.res = resCancelled
+			t.res = resFenced
 			span.RecordError(err)
 			return
 		}
 		r.tel.failed(ctx, rec.Topic)
+		t.fail.Store(&failure{attempts: attempt, err: err.Error()})
 		span.RecordError(err)
 		pol := r.cfg.policy
 		if pol.kind != policyBlock && attempt >= pol.attempts {
@@ -192,21 +201,29 @@ func (r *Runner) execute(t *task) {
 	}
 }
 
-// attempt calls the handler once, with the per-attempt timeout and panic
-// recovery.
-func (r *Runner) attempt(ctx context.Context, t *task) (err error) {
+// attempt asks the partition's Applied filter, if any, whether the record
+// was applied before (applied true: the handler is not called), and
+// otherwise calls the handler once, with the per-attempt timeout. A panic in
+// either is recovered into a *PanicError: a failed attempt.
+func (r *Runner) attempt(ctx context.Context, t *task) (applied bool, err error) {
+	where := "Applied filter"
+	defer func() {
+		if v := recover(); v != nil {
+			pe := &PanicError{Record: t.rec.String(), In: where, Value: v, Stack: debug.Stack()}
+			r.log.Error(where+" panicked", "record", pe.Record, "panic", fmt.Sprint(v), "stack", string(pe.Stack))
+			applied, err = false, pe
+		}
+	}()
+	if f := t.ps.applied; f != nil && f(t.rec.Offset) {
+		return true, nil
+	}
+	where = "handler"
 	if r.cfg.handlerTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.cfg.handlerTimeout)
 		defer cancel()
 	}
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Record: t.rec.String(), Value: v, Stack: debug.Stack()}
-			r.log.Error("handler panicked", "record", t.rec.String(), "panic", fmt.Sprint(v), "stack", string(err.(*PanicError).Stack))
-		}
-	}()
-	return t.handler(ctx, t.rec)
+	return false, t.handler(ctx, t.rec)
 }
 
 // sleep waits the backoff before attempt+1; false if ctx ended first.
@@ -245,7 +262,7 @@ func (r *Runner) deadLetter(ctx context.Context, t *task, cause error) bool {
 		Header{Key: "tidemark-origin-offset", Value: []byte(strconv.FormatInt(t.rec.Offset, 10))},
 	)
 	for i := 1; ; i++ {
-		err := r.dlw.WriteDeadLetter(ctx, r.cfg.policy.topic, rec)
+		err := r.writeDeadLetter(ctx, rec)
 		if err == nil {
 			r.log.Error("record dead-lettered", "record", t.rec.String(), "topic", r.cfg.policy.topic, "attempts", t.attempts, "err", cause)
 			r.tel.deadLettered.Add(ctx, 1)
@@ -259,4 +276,17 @@ func (r *Runner) deadLetter(ctx context.Context, t *task, cause error) bool {
 			return false
 		}
 	}
+}
+
+// writeDeadLetter calls the DeadLetterWriter once; a panic in it is
+// recovered into a *PanicError, a failed write (retried like any other).
+func (r *Runner) writeDeadLetter(ctx context.Context, rec Record) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			pe := &PanicError{Record: rec.String(), In: "DeadLetterWriter", Value: v, Stack: debug.Stack()}
+			r.log.Error("DeadLetterWriter panicked", "record", pe.Record, "panic", fmt.Sprint(v), "stack", string(pe.Stack))
+			err = pe
+		}
+	}()
+	return r.dlw.WriteDeadLetter(ctx, r.cfg.policy.topic, rec)
 }

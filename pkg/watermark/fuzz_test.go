@@ -174,6 +174,9 @@ func check(t *testing.T, step int, tr *watermark.Tracker, m *model) {
 			t.Fatalf("step %d: At(%d) = %d, %v; model %d, %v", step, i, off, done, r.off, r.done)
 		}
 	}
+	if ring, limit := watermark.RingLen(tr)*watermark.SlotBytes/4, max(watermark.MinRingBytes, watermark.SlotBytes*tr.Outstanding()); ring > limit {
+		t.Fatalf("step %d: the ring takes %d bytes for %d outstanding records, above %d", step, ring, tr.Outstanding(), limit)
+	}
 	oldest, ok := tr.Oldest()
 	if len(m.recs) > 0 != ok || (ok && oldest != m.recs[0].off) {
 		t.Fatalf("step %d: Oldest() = %d, %v; model %v", step, oldest, ok, m.recs)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"unsafe"
 )
 
 // Unknown is the start offset of an assignment whose committed offset is not
@@ -87,8 +88,24 @@ type slot struct {
 	done bool
 }
 
-// minRing is the capacity of the ring at its first growth.
+// minRing is the capacity of the ring at its first growth, and the least
+// it shrinks to.
 const minRing = 16
+
+// SlotBytes is the most memory a [Tracker]'s ring takes per outstanding
+// record, and MinRingBytes the least it takes once a record was delivered:
+// the ring holds 16-byte slots, doubles when full and shrinks once three
+// quarters of it are free, so its size stays within
+// max(MinRingBytes, SlotBytes × Outstanding()) at every call's return.
+const (
+	SlotBytes    = 64
+	MinRingBytes = 256
+)
+
+// The two constants are written out so that they stay untyped; these
+// constant indexes fail to compile if the slot's size ever changes.
+var _ = [1]struct{}{}[SlotBytes-4*unsafe.Sizeof(slot{})]
+var _ = [1]struct{}{}[MinRingBytes-minRing*unsafe.Sizeof(slot{})]
 
 // Tracker follows one partition in one assignment: the offsets delivered to
 // the application, in delivery order, and which of them are complete. The
@@ -96,12 +113,15 @@ const minRing = 16
 // of delivered records, or the start offset before any.
 //
 // Delivered records sit in a ring buffer in delivery order; the head leaves
-// the ring while it is complete. Each call is amortized O(1) and allocates
-// nothing once the ring has grown to the partition's peak number of
-// outstanding records (finding a completion's slot is O(1) when the
-// outstanding offsets have no gaps, see find). Memory is proportional to that
-// peak, which the runner bounds by pausing the partition at its high water
-// mark; [Tracker.Reset] keeps the ring for the next assignment.
+// the ring while it is complete. Each call is amortized O(1) (finding a
+// completion's slot is O(1) when the outstanding offsets have no gaps, see
+// find). The ring doubles when full and, once at most a quarter of it is in
+// use, shrinks to twice what is outstanding, so its memory follows the
+// number of outstanding records, not their peak: at most SlotBytes per
+// record, and MinRingBytes at least (the runner bounds the outstanding
+// records by pausing the partition). A window that stays within one size
+// allocates nothing; a burst that fills and empties the ring reallocates it
+// O(log burst) times. [Tracker.Reset] releases the ring.
 //
 // The zero Tracker is ready to use and behaves as New(Unknown). A Tracker is
 // not safe for concurrent use: the runner's poll goroutine owns it.
@@ -126,9 +146,11 @@ func New(start int64) *Tracker {
 }
 
 // Reset forgets everything and starts a new assignment at start, as New
-// does, keeping the ring buffer so that the new assignment does not allocate.
+// does. It releases the ring: the new assignment allocates one of the least
+// size on its first delivery, and the tracker of an assignment that ended
+// holds nothing.
 func (t *Tracker) Reset(start int64) {
-	t.head, t.n, t.next = 0, 0, 0
+	t.head, t.n, t.next, t.ring = 0, 0, 0, nil
 	if start < 0 {
 		t.started, t.start, t.safe = false, Unknown, Unknown
 		return
@@ -161,14 +183,35 @@ func (t *Tracker) Deliver(offset int64) error {
 	return nil
 }
 
-// grow doubles the ring (or creates it), unwrapping it so the head is at 0.
-func (t *Tracker) grow() {
-	ring := make([]slot, max(minRing, 2*len(t.ring)))
+// grow doubles the ring (or creates it).
+func (t *Tracker) grow() { t.resize(max(minRing, 2*len(t.ring))) }
+
+// resize moves the outstanding records to a new ring of size (a power of
+// two, at least n), unwrapping it so the head is at 0.
+func (t *Tracker) resize(size int) {
+	ring := make([]slot, size)
 	if t.n > 0 {
-		k := copy(ring, t.ring[t.head:])
-		copy(ring[k:t.n], t.ring[:t.head])
+		if end := t.head + t.n; end <= len(t.ring) {
+			copy(ring, t.ring[t.head:end])
+		} else {
+			k := copy(ring, t.ring[t.head:])
+			copy(ring[k:t.n], t.ring[:end-len(t.ring)])
+		}
 	}
 	t.ring, t.head = ring, 0
+}
+
+// shrink halves the ring, as often as needed, while at most a quarter of it
+// is in use. Since the last resize at least a quarter of the ring's slots
+// were freed, which pays for copying the rest: amortized O(1).
+func (t *Tracker) shrink() {
+	size := len(t.ring)
+	for size > minRing && t.n <= size/4 {
+		size /= 2
+	}
+	if size != len(t.ring) {
+		t.resize(size)
+	}
 }
 
 // Complete records that the record at offset finished and classifies the
@@ -205,6 +248,9 @@ func (t *Tracker) Complete(offset int64) Outcome {
 		t.safe = t.ring[t.head].off + 1
 		t.head = (t.head + 1) & mask
 		t.n--
+	}
+	if t.n <= len(t.ring)/4 && len(t.ring) > minRing {
+		t.shrink()
 	}
 	return Advanced
 }

@@ -3,6 +3,7 @@ package watermark_test
 import (
 	"errors"
 	"math"
+	"runtime"
 	"testing"
 
 	"github.com/tidemark/tidemark/pkg/watermark"
@@ -291,9 +292,32 @@ func TestTrackerRingWraps(t *testing.T) {
 }
 
 func TestTrackerAllocations(t *testing.T) {
+	// A window of 256 records sliding along: the ring keeps its size.
 	tr := watermark.New(0)
+	next, oldest := int64(0), int64(0)
+	for ; next < 256; next++ {
+		_ = tr.Deliver(next * 2)
+	}
+	slide := func() {
+		for range 64 {
+			_ = tr.Deliver(next * 2)
+			next++
+		}
+		for range 64 {
+			tr.Complete(oldest * 2)
+			oldest++
+		}
+	}
+	slide()
+	if n := testing.AllocsPerRun(100, slide); n != 0 {
+		t.Errorf("a steady window allocates %v times per 64 records, want 0", n)
+	}
+
+	// A burst that fills the ring and empties it: it grows from the least
+	// size and shrinks back, O(log burst) allocations each time.
+	tr = watermark.New(0)
 	off := int64(0)
-	window := func() {
+	burst := func() {
 		for i := range 256 {
 			_ = tr.Deliver(off + int64(i)*2)
 		}
@@ -303,8 +327,47 @@ func TestTrackerAllocations(t *testing.T) {
 		tr.Position(off + 600)
 		off += 600
 	}
-	window() // grows the ring once
-	if n := testing.AllocsPerRun(100, window); n != 0 {
-		t.Errorf("steady state allocates %v times per window of 256 records, want 0", n)
+	burst()
+	if n := testing.AllocsPerRun(100, burst); n > 5 {
+		t.Errorf("a burst of 256 records allocates %v times, want at most 5 (16 to 256 slots, then back)", n)
+	}
+}
+
+// TestTrackerRingShrinks: the ring's memory follows the outstanding
+// records, not their peak. (It used to keep the peak's ring for the
+// assignment's life, and across Reset.)
+func TestTrackerRingShrinks(t *testing.T) {
+	const peak = 1 << 20
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapAlloc
+	tr := watermark.New(0)
+	for off := range int64(peak) {
+		if err := tr.Deliver(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for off := int64(peak - 1); off >= 10; off-- { // all but the first ten
+		tr.Complete(off)
+	}
+	for off := range int64(10) {
+		tr.Complete(off)
+		_ = tr.Deliver(peak + off) // ten outstanding, on a new head
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	held := int64(ms.HeapAlloc) - int64(before)
+	bound := int64(max(watermark.MinRingBytes, watermark.SlotBytes*tr.Outstanding()))
+	runtime.KeepAlive(tr)
+	// The heap is shared with the test runtime: allow 64 KiB of noise,
+	// far below the 16 MiB the peak's ring takes.
+	if held > bound+64<<10 {
+		t.Fatalf("%d records outstanding after a peak of %d hold %d bytes; want at most %d (+64 KiB noise)", tr.Outstanding(), peak, held, bound)
+	}
+	// An assignment that ended holds no ring.
+	tr.Reset(0)
+	if n := watermark.RingLen(tr); n != 0 {
+		t.Fatalf("after Reset the ring has %d slots, want none", n)
 	}
 }

@@ -40,18 +40,23 @@
 //   - It does not use kafka.Reader: with IsolationLevel ReadCommitted a
 //     Reader still returns the records of aborted transactions and the
 //     transaction markers themselves (as messages with a 4-byte key), as
-//     checked against Kafka 4.1. Each partition has a fetcher that sends
-//     fetch requests through a kafka.Transport, read_committed, and drops
-//     markers and aborted records itself; its position moves past them, so
-//     the committed offset reaches the end of a transactional partition
-//     (lag 0).
-//   - Pause stops handing a partition to the runner and drops what its
-//     fetcher holds; Resume fetches again from the offset after the last
-//     record handed over. Beyond the runner's water marks the adapter holds
-//     at most one fetch (MaxBytes) per partition.
-//   - kafka-go's record decoder drops a batch's last offset, so at the very
-//     end of a compacted partition whose last batch lost its final records
-//     to compaction, lag stays above zero until a new record arrives.
+//     checked against Kafka 4.1, and kafka-go's record decoders drop a
+//     batch's last offset. Each partition has a fetcher that sends fetch
+//     requests through a kafka.Transport, read_committed, reads the record
+//     batches itself and drops markers and aborted records; its position
+//     moves past them and past each batch's last offset, so the committed
+//     offset reaches the end of a transactional partition, and of a
+//     compacted one whose batches lost their last records (lag 0).
+//   - Each partition has one fetch at a time: its fetcher fetches again
+//     once the runner took all of the last one. What the fetchers bring
+//     waits in one queue, and each hand-over to the runner carries as many
+//     partitions as the runner's budget covers. Pause stops handing a
+//     partition over and fetching it; what its fetcher holds is kept, and
+//     Resume hands it over first. Beyond the runner's water marks the
+//     adapter holds at most one fetch per partition; runner.New sizes the
+//     fetches (LimitFetch) so that all of them, decoded, fit the adapter's
+//     share of runner.MaxBufferedBytes under runner.RecordShape's
+//     assumptions. That share is divided among the partitions assigned.
 //   - A committed offset that fell out of the log (retention) restarts at
 //     the log start, logged at error level; StartOffset applies only to
 //     partitions with no committed offset.
@@ -68,8 +73,9 @@
 //	during a rebalance             only moved partitions stop   the whole group stops
 //	heartbeats during a drain      yes (drain ≤ Rebalance/2)    no (drain bounded as above)
 //	static membership (KIP-345)    yes (InstanceID)             no
-//	pause                          PauseFetchPartitions         the fetcher stops
+//	pause                          PauseFetchPartitions         the fetcher stops, keeps its fetch
 //	lost session reported          on a heartbeat error         on a refused commit
 //	transactions (read_committed)  yes, lag reaches 0           yes, lag reaches 0
+//	compacted batches' tails       lag reaches 0                lag reaches 0
 //	dead letters                   idempotent producer          acks=all, not idempotent
 package kafkago

@@ -1,16 +1,12 @@
 package kafkago
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync/atomic"
 	"time"
 
 	kafka "github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
 	fetchapi "github.com/segmentio/kafka-go/protocol/fetch"
 
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -23,22 +19,36 @@ import (
 // the records of aborted transactions and the transaction markers
 // themselves as messages (the broker sends both; filtering them is the
 // client's job). kafka.Client.Fetch skips control batches but drops the
-// response's list of aborted transactions. So each fetcher sends a
-// protocol/fetch request through a kafka.Transport (which routes it to the
-// partition's leader) and filters the answer as the Java consumer does; see
-// decode.
+// response's list of aborted transactions, and every kafka-go decoder drops
+// a batch's last offset. So each fetcher sends its own fetch request
+// through a kafka.Transport (which routes it to the partition's leader) and
+// reads and filters the answer itself, as the Java consumer does; see
+// wire.go and decode.
 
-// fetcher fetches one partition for one generation. Its goroutine owns next
-// and held; Pause and Resume touch only paused and wake.
+// fetcher fetches one partition for one generation and queues what it
+// fetched for the generation's hand-over (handover.go), one fetch at a
+// time: it fetches again once the runner took every record of the last.
 type fetcher struct {
 	s  *Source
+	h  *handover
 	tp runner.TP
 
 	next int64 // the offset after everything handed to the runner
 	held *held // fetched, not yet handed over (at most one fetch's worth)
 
-	paused atomic.Bool
-	wake   chan struct{} // capacity 1: a Resume happened
+	// size is the PartitionMaxBytes of the next fetch; maxSize its most
+	// and perFetch the memory one fetch may take (see LimitFetch). Owned
+	// by the fetcher's goroutine.
+	size, maxSize int32
+	perFetch      int64
+
+	// Guarded by handover.mu.
+	paused       bool
+	state        int
+	qprev, qnext *fetcher
+
+	wake  chan struct{} // capacity 1: a Resume happened
+	taken chan struct{} // capacity 1: the hand-over took every held record
 }
 
 // held is the part of one fetch the runner has not taken yet.
@@ -48,178 +58,125 @@ type held struct {
 	hwm  int64
 }
 
-func newFetcher(s *Source, tp runner.TP, start int64) *fetcher {
-	return &fetcher{s: s, tp: tp, next: start, wake: make(chan struct{}, 1)}
-}
-
-func (f *fetcher) pause() { f.paused.Store(true) }
-
-func (f *fetcher) resume() {
-	f.paused.Store(false)
-	select {
-	case f.wake <- struct{}{}:
-	default:
+func newFetcher(s *Source, h *handover, tp runner.TP, start int64, size fetchSize) *fetcher {
+	return &fetcher{
+		s: s, h: h, tp: tp, next: start,
+		size: size.bytes, maxSize: size.bytes, perFetch: size.memory,
+		wake: make(chan struct{}, 1), taken: make(chan struct{}, 1),
 	}
 }
 
-// errSinkStopped ends a fetcher once the runner is stopping.
-var errSinkStopped = errors.New("kafkago: runner stopping")
-
-// run fetches and hands over until ctx is done. It returns nil then, or when
-// the runner is stopping, and a *FetchError for a fatal fetch error.
-func (f *fetcher) run(ctx context.Context, sink runner.Sink) error {
+// run fetches and queues until ctx is done or the hand-over stopped. It
+// returns nil then, and a *FetchError for a fatal fetch error.
+func (f *fetcher) run(ctx context.Context) error {
 	log := f.s.log.With("partition", f.tp.String())
 	failures := 0
 	for ctx.Err() == nil {
-		if f.paused.Load() {
-			// Drop what we hold: resuming fetches again from next, the
-			// offset after the last record the runner took.
-			f.held = nil
-			select {
-			case <-f.wake:
-			case <-ctx.Done():
-			}
-			continue
+		if !f.h.waitUnpaused(ctx, f) {
+			return nil
 		}
-		if f.held == nil {
-			h, progress, err := f.fetch(ctx)
-			switch {
-			case err != nil:
-				if ctx.Err() != nil {
-					return nil
-				}
-				if fatalFetch(err) {
-					return &FetchError{TP: f.tp, Err: err}
-				}
-				failures++
-				log.Warn("fetch failed; retrying", "offset", f.next, "attempt", failures, "err", err)
-				sleep(ctx, backoff(failures))
-				continue
-			case !progress:
-				// The answer had batches but nothing at or after next:
-				// the rest of a batch whose last records were compacted
-				// away (kafka-go does not expose a batch's last offset).
-				// Wait rather than ask again at once.
-				sleep(ctx, f.s.cfg.maxWait)
-				continue
-			}
-			failures = 0
-			if h == nil {
-				continue // the long poll ended with nothing new
-			}
-			f.held = h
-		}
-		if err := f.handOver(ctx, sink); err != nil {
-			if errors.Is(err, errSinkStopped) || ctx.Err() != nil {
+		h, progress, err := f.fetch(ctx)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
 				return nil
 			}
-			// The sink never fails otherwise; stop this partition loudly.
-			log.Error("runner refused records; fetching stops for this partition", "err", err)
+			if fatalFetch(err) {
+				return &FetchError{TP: f.tp, Err: err}
+			}
+			failures++
+			log.Warn("fetch failed; retrying", "offset", f.next, "attempt", failures, "err", err)
+			sleep(ctx, backoff(failures))
+			continue
+		case !progress:
+			// The answer held record bytes but no whole batch ending at
+			// or after next: a broker that does not send an oversized
+			// first batch whole (KIP-74). Asking again at once would
+			// spin.
+			log.Warn("fetch answer moved nothing; retrying after MaxWait", "offset", f.next, "fetch_bytes", f.size)
+			sleep(ctx, f.s.cfg.maxWait)
+			continue
+		}
+		failures = 0
+		if h == nil {
+			continue // the long poll ended with nothing new
+		}
+		if !f.h.offer(ctx, f, h) {
 			return nil
 		}
 	}
 	return nil
 }
 
-// handOver gives the runner what the fetcher holds, at most the budget the
-// runner returned last time. Hand-overs of every fetcher are serialized by
-// handMu: the budget is for the next hand-over, whichever partition it is
-// for, and the runner's answer to one must be known before the next.
-func (f *fetcher) handOver(ctx context.Context, sink runner.Sink) error {
-	s := f.s
-	s.handMu.Lock()
-	defer s.handMu.Unlock()
-	// Checked under handMu: a Pause the runner made while answering the
-	// previous hand-over is seen here.
-	if f.paused.Load() || ctx.Err() != nil {
-		return nil
-	}
-	h := f.held
-	b := runner.Batch{TP: f.tp, Records: h.recs, Position: h.end, HighWatermark: h.hwm}
-	if n := s.budget; len(h.recs) > n {
-		b.Records = h.recs[:n]
-		b.Position = h.recs[n-1].Offset + 1
-	}
-	budget, err := sink.Fetched(ctx, []runner.Batch{b})
-	if err != nil {
-		if errors.Is(err, runner.ErrStopped) {
-			return errSinkStopped
-		}
-		// ctx ended before the runner took the records: nothing was
-		// delivered; the fetcher is stopping.
-		return err
-	}
-	s.budget = max(budget, 1)
-	f.next = b.Position
-	if rest := h.recs[len(b.Records):]; len(rest) > 0 {
-		h.recs = rest
-	} else {
-		f.held = nil
-	}
-	return nil
-}
-
 // fetch sends one fetch request at next. It returns what is new (nil if
-// nothing), and progress false when the answer had record batches but none
-// of them moved the position.
+// nothing), and progress false when the answer had record bytes that did
+// not move the position.
 func (f *fetcher) fetch(ctx context.Context) (*held, bool, error) {
 	s := f.s
-	req := &fetchapi.Request{
-		ReplicaID:      -1,
-		MaxWaitTime:    int32(s.cfg.maxWait / time.Millisecond),
-		MinBytes:       int32(s.cfg.minBytes),
-		MaxBytes:       int32(s.cfg.maxBytes),
-		IsolationLevel: int8(kafka.ReadCommitted),
-		// A full fetch outside any fetch session (KIP-227), as
-		// kafka.Client.Fetch sends it.
-		SessionID:    -1,
-		SessionEpoch: -1,
-		Topics: []fetchapi.RequestTopic{{
-			Topic: f.tp.Topic,
-			Partitions: []fetchapi.RequestPartition{{
-				Partition:          f.tp.Partition,
-				CurrentLeaderEpoch: -1,
-				FetchOffset:        f.next,
-				LogStartOffset:     -1,
-				PartitionMaxBytes:  int32(s.cfg.maxBytes),
+	call := &fetchCall{
+		clientID: s.cfg.dialer.ClientID,
+		req: fetchapi.Request{
+			ReplicaID:      -1,
+			MaxWaitTime:    int32(s.cfg.maxWait / time.Millisecond),
+			MinBytes:       int32(s.cfg.minBytes),
+			MaxBytes:       f.size,
+			IsolationLevel: int8(kafka.ReadCommitted),
+			// A full fetch outside any fetch session (KIP-227), as
+			// kafka.Client.Fetch sends it.
+			SessionID:    -1,
+			SessionEpoch: -1,
+			Topics: []fetchapi.RequestTopic{{
+				Topic: f.tp.Topic,
+				Partitions: []fetchapi.RequestPartition{{
+					Partition:          f.tp.Partition,
+					CurrentLeaderEpoch: -1,
+					FetchOffset:        f.next,
+					LogStartOffset:     -1,
+					PartitionMaxBytes:  f.size,
+				}},
 			}},
-		}},
+		},
 	}
-	m, err := s.tr.RoundTrip(ctx, s.addr, req)
+	m, err := s.tr.RoundTrip(ctx, s.addr, call)
 	if err != nil {
 		return nil, true, err
 	}
-	resp, ok := m.(*fetchapi.Response)
-	if !ok {
+	c, ok := m.(*fetchCall)
+	if !ok || c.answer == nil {
 		return nil, true, fmt.Errorf("kafkago: fetch answered with %T", m)
 	}
-	if resp.ErrorCode != 0 {
-		return nil, true, kafka.Error(resp.ErrorCode)
+	a := c.answer
+	if a.errorCode != 0 {
+		return nil, true, kafka.Error(a.errorCode)
 	}
-	var part *fetchapi.ResponsePartition
-	for i := range resp.Topics {
-		t := &resp.Topics[i]
-		for j := range t.Partitions {
-			if t.Topic == f.tp.Topic && t.Partitions[j].Partition == f.tp.Partition {
-				part = &t.Partitions[j]
-			}
+	var part *answerPartition
+	for i := range a.partitions {
+		if p := &a.partitions[i]; p.topic == f.tp.Topic && p.partition == f.tp.Partition {
+			part = p
 		}
 	}
 	if part == nil {
 		return nil, true, errors.New("kafkago: the fetch answer does not include the partition")
 	}
-	if part.ErrorCode != 0 {
-		err := kafka.Error(part.ErrorCode)
+	if part.errorCode != 0 {
+		err := kafka.Error(part.errorCode)
 		if errors.Is(err, kafka.OffsetOutOfRange) {
 			return nil, true, f.outOfRange(ctx)
 		}
 		return nil, true, err
 	}
-	recs, end, batches := decode(f.tp, part, f.next)
-	if end == f.next {
-		return nil, batches == 0, nil
+	d, err := decode(f.tp, part.records, part.aborted, f.next)
+	if err != nil {
+		return nil, true, err
 	}
-	return &held{recs: recs, end: end, hwm: part.HighWatermark}, true, nil
+	f.resize(int64(len(a.frame)), int64(len(a.frame))+d.held)
+	if d.end == f.next {
+		// Every whole batch ends at or after the offset asked for, so
+		// only an answer with no whole batch leaves the position where
+		// it was.
+		return nil, len(part.records) == 0, nil
+	}
+	return &held{recs: d.recs, end: d.end, hwm: part.highWatermark}, true, nil
 }
 
 // outOfRange handles OFFSET_OUT_OF_RANGE: below the log start (retention
@@ -238,116 +195,6 @@ func (f *fetcher) outOfRange(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("kafkago: offset %d beyond the end of %s: %w", f.next, f.tp, kafka.OffsetOutOfRange)
-}
-
-// decode turns one partition's fetch answer into the records to deliver,
-// read_committed: it drops control batches (transaction markers) and the
-// batches of aborted transactions, as the Java consumer does, and skips
-// records before from (a batch can start before the offset asked for). end
-// is the next fetch offset: past every record and marker seen, so it moves
-// over markers and aborted records and the committed offset can reach the
-// end of a transactional partition. batches counts the record batches
-// seen.
-func decode(tp runner.TP, part *fetchapi.ResponsePartition, from int64) (recs []runner.Record, end int64, batches int) {
-	end = from
-	if part.RecordSet.Records == nil {
-		return nil, end, 0
-	}
-	var readers []protocol.RecordReader
-	if st, ok := part.RecordSet.Records.(*protocol.RecordStream); ok {
-		readers = st.Records
-	} else {
-		readers = []protocol.RecordReader{part.RecordSet.Records}
-	}
-	aborted := slices.Clone(part.AbortedTransactions)
-	slices.SortFunc(aborted, func(a, b fetchapi.ResponseTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
-	abortedPIDs := map[int64]bool{}
-	for _, rr := range readers {
-		batches++
-		switch b := rr.(type) {
-		case *protocol.ControlBatch:
-			cr, err := b.ReadControlRecord()
-			if err != nil {
-				end = max(end, b.BaseOffset+1)
-				continue
-			}
-			end = max(end, cr.Offset+1)
-			// Type 0 is ABORT: the producer's aborted transaction ends
-			// here; its later batches are live again.
-			if cr.Type == 0 {
-				delete(abortedPIDs, b.ProducerID)
-			}
-		case *protocol.RecordBatch:
-			batch := readAll(tp, b, b.PartitionLeaderEpoch)
-			last := b.BaseOffset
-			if n := len(batch); n > 0 {
-				last = batch[n-1].Offset
-			}
-			for len(aborted) > 0 && aborted[0].FirstOffset <= last {
-				abortedPIDs[aborted[0].ProducerID] = true
-				aborted = aborted[1:]
-			}
-			skip := b.Attributes.Transactional() && abortedPIDs[b.ProducerID]
-			for _, r := range batch {
-				end = max(end, r.Offset+1)
-				if !skip && r.Offset >= from {
-					recs = append(recs, r)
-				}
-			}
-		default:
-			// Magic v0/v1 message sets: no transactions.
-			for _, r := range readAll(tp, rr, -1) {
-				end = max(end, r.Offset+1)
-				if r.Offset >= from {
-					recs = append(recs, r)
-				}
-			}
-		}
-	}
-	return recs, end, batches
-}
-
-// readAll reads every record of one batch, copying keys, values and headers
-// out of kafka-go's pooled buffers.
-func readAll(tp runner.TP, rr protocol.RecordReader, leaderEpoch int32) []runner.Record {
-	var out []runner.Record
-	for {
-		r, err := rr.ReadRecord()
-		if err != nil {
-			// io.EOF, or a batch cut short (the answer hit MaxBytes): its
-			// missing records come again with the next fetch.
-			return out
-		}
-		rec := runner.Record{
-			Topic:       tp.Topic,
-			Partition:   tp.Partition,
-			Offset:      r.Offset,
-			Key:         bytesOf(r.Key),
-			Value:       bytesOf(r.Value),
-			Timestamp:   r.Time,
-			LeaderEpoch: leaderEpoch,
-		}
-		if len(r.Headers) > 0 {
-			rec.Headers = make([]runner.Header, len(r.Headers))
-			for i, h := range r.Headers {
-				rec.Headers[i] = runner.Header{Key: h.Key, Value: h.Value}
-			}
-		}
-		out = append(out, rec)
-	}
-}
-
-// bytesOf copies b (nil for a null key or value) and releases it.
-func bytesOf(b protocol.Bytes) []byte {
-	if b == nil {
-		return nil
-	}
-	defer b.Close()
-	out, err := protocol.ReadAll(b)
-	if err != nil {
-		return nil
-	}
-	return out
 }
 
 // fatalFetch reports whether a fetch error cannot go away without the

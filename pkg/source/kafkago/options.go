@@ -107,9 +107,10 @@ func MinBytes(n int) Option {
 }
 
 // MaxBytes sets the most data one fetch of one partition may return; the
-// broker still returns one record batch larger than it. It also bounds what
-// the adapter holds per partition beyond the runner's water marks: one fetch
-// at most. Default 1 MiB.
+// broker still returns one record batch larger than it. The runner lowers
+// it so that what the adapter holds fits its share of
+// runner.MaxBufferedBytes (see Source.LimitFetch): the adapter holds at most
+// one fetch per partition. Default 1 MiB.
 func MaxBytes(n int) Option {
 	return func(c *config) { c.maxBytes = n }
 }

@@ -56,10 +56,13 @@ type Source struct {
 	// offset never lands after a newer one.
 	commitSlot chan struct{}
 
-	// handMu serializes the fetchers' hand-overs to the runner and guards
-	// budget, the most records the next hand-over may carry.
-	handMu sync.Mutex
+	// budget is the most records the next hand-over may carry: the
+	// runner's last answer. Run sets it before the first generation; then
+	// only the current generation's hand-over goroutine uses it.
 	budget int
+
+	limits atomic.Pointer[runner.FetchLimits] // set by LimitFetch
+	shrunk atomic.Bool                        // a fetch size was lowered (logged once)
 }
 
 // generation is one kafka-go generation of this member: its partitions and
@@ -68,6 +71,7 @@ type generation struct {
 	kg       *kafka.Generation
 	tps      []runner.TP
 	fetchers map[runner.TP]*fetcher
+	handover *handover
 
 	// active is true from just before the runner is told of the
 	// assignment until the revoke or loss: commits are sent only then.
@@ -187,6 +191,12 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 // which it does before any hand-over.
 const initialBudget = 1
 
+// smallFetch is the fetch size below which a generation logs that its
+// share of memory is thin: below a producer's usual batch (16 KiB for the
+// Java client), fetches bring one batch each and cost a round trip per
+// batch.
+const smallFetch = 16 << 10
+
 func (s *Source) isClosing() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -248,9 +258,7 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 		}
 		return fmt.Errorf("kafkago: asking the runner for a budget: %w", err)
 	}
-	s.handMu.Lock()
 	s.budget = max(n, 1)
-	s.handMu.Unlock()
 
 	s.mu.Lock()
 	if s.closing {
@@ -334,16 +342,22 @@ func (s *Source) generation(ctx, gctx context.Context, sink runner.Sink, kg *kaf
 		return err
 	}
 
-	g := &generation{kg: kg, tps: tps, fetchers: make(map[runner.TP]*fetcher, len(tps)), fenced: make(chan struct{})}
+	g := &generation{kg: kg, tps: tps, fetchers: make(map[runner.TP]*fetcher, len(tps)), fenced: make(chan struct{}),
+		handover: newHandover(s, sink)}
+	size := s.fetchSizeFor(len(tps))
+	if size.bytes < smallFetch && int(size.bytes) < s.cfg.maxBytes {
+		log.Warn("fetches are small for this many partitions: raise runner.MaxBufferedBytes (the adapter's share is divided among the partitions); a fetch still brings one whole batch, so batches larger than the fetch size exceed the memory bound",
+			"partitions", len(tps), "fetch_bytes", size.bytes)
+	}
 	as := make([]runner.Assignment, len(tps))
 	for i, tp := range tps {
-		g.fetchers[tp] = newFetcher(s, tp, starts[tp])
+		g.fetchers[tp] = newFetcher(s, g.handover, tp, starts[tp], size)
 		as[i] = runner.Assignment{TP: tp, Start: starts[tp], Generation: kg.ID, Member: kg.MemberID}
 	}
 	s.ownMu.Lock()
 	s.cur, g.active = g, true
 	s.ownMu.Unlock()
-	log.Info("partitions assigned", "partitions", tpStrings(tps))
+	log.Info("partitions assigned", "partitions", tpStrings(tps), "fetch_bytes", size.bytes)
 
 	// The runner starts every assignment with fresh epochs, even when
 	// kafka-go hands back the same generation id and partitions (a member
@@ -357,10 +371,11 @@ func (s *Source) generation(ctx, gctx context.Context, sink runner.Sink, kg *kaf
 	// assignment that is over. Nothing is assigned then.
 	switch err := sink.Assigned(lctx, as); {
 	case err == nil:
+		wg.Go(func() { g.handover.run(fctx) })
 		for _, tp := range tps {
 			f := g.fetchers[tp]
 			wg.Go(func() {
-				if err := f.run(fctx, sink); err != nil {
+				if err := f.run(fctx); err != nil {
 					fatal <- err
 				}
 			})
@@ -541,37 +556,30 @@ func benign(ctx context.Context, err error) bool {
 	return err == nil || errors.Is(err, runner.ErrStopped) || ctx.Err() != nil
 }
 
-// Pause stops handing tps to the runner and drops what their fetchers hold
-// (a fetch in flight is dropped when it returns); Resume fetches again from
-// the offset after the last record handed over. It does not block.
-func (s *Source) Pause(tps []runner.TP) {
-	for _, f := range s.fetchersOf(tps) {
-		f.pause()
-	}
-}
+// Pause stops handing tps to the runner and fetching them once their
+// fetchers' current fetch is in: what a fetcher holds is kept, not fetched
+// again. It does not block; its cost is in the number of partitions given,
+// not assigned.
+func (s *Source) Pause(tps []runner.TP) { s.setPaused(tps, true) }
 
-// Resume lets tps be fetched and handed to the runner again. It does not
-// block.
-func (s *Source) Resume(tps []runner.TP) {
-	for _, f := range s.fetchersOf(tps) {
-		f.resume()
-	}
-}
+// Resume lets tps be handed to the runner and fetched again, starting with
+// what their fetchers kept. It does not block.
+func (s *Source) Resume(tps []runner.TP) { s.setPaused(tps, false) }
 
-func (s *Source) fetchersOf(tps []runner.TP) []*fetcher {
+func (s *Source) setPaused(tps []runner.TP, paused bool) {
 	s.ownMu.Lock()
 	g := s.cur
 	s.ownMu.Unlock()
 	if g == nil {
-		return nil
+		return
 	}
-	out := make([]*fetcher, 0, len(tps))
+	fs := make([]*fetcher, 0, len(tps))
 	for _, tp := range tps {
 		if f := g.fetchers[tp]; f != nil {
-			out = append(out, f)
+			fs = append(fs, f)
 		}
 	}
-	return out
+	g.handover.setPaused(fs, paused)
 }
 
 // CommitError reports a commit that was not acknowledged for every

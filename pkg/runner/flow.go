@@ -1,0 +1,164 @@
+package runner
+
+import (
+	"context"
+)
+
+// Flow control (invariant 6). A partition is paused when the next poll
+// could push it past its high water mark or its uncommitted window (its
+// room is below pollChunk), or its bytes reached the byte high water mark;
+// it is resumed at the low marks. Every partition is paused while the
+// runner's charge is at its global limit.
+
+// bands is the number of budget bands (see budget).
+const bands = 16
+
+// pollChunk is the least room an unpaused partition keeps below its high
+// water mark and its window: half the gap between the water marks.
+func (r *Runner) pollChunk() int {
+	return max((r.cfg.highRecords-r.cfg.lowRecords)/2, 1)
+}
+
+// room is how many records a poll may bring to ps without passing its high
+// water mark or its uncommitted window.
+func (r *Runner) room(ps *partState) int {
+	return min(r.cfg.highRecords-ps.count, r.cfg.window-ps.p.Tracker().Outstanding())
+}
+
+// budget is how many records the next poll may take without pushing an
+// unpaused partition past its high water mark or its window. It is O(1):
+// unpaused partitions are kept in bands by room (setBand), and the budget is
+// the least room of the lowest band that has one, rounded down to the
+// band's lower edge (at most 1/32 of the gap between the water marks below
+// the exact least room). A paused partition is fetched again only after it
+// was resumed at the low water mark, and a poll issued now may return only
+// after that: its room counts as high minus low, the most the budget is.
+// The budget is never below pollChunk, because checkFlow pauses a partition
+// once its room falls below that: one nearly full partition must not shrink
+// every poll to a few records.
+func (r *Runner) budget() int {
+	pc, gap := r.pollChunk(), r.cfg.highRecords-r.cfg.lowRecords
+	span := gap - pc
+	for b, n := range r.bandCount {
+		if n > 0 {
+			return pc + (b*span+bands-1)/bands // the least room band b holds
+		}
+	}
+	return max(gap, 1)
+}
+
+// bandOf returns the band of an unpaused partition with room rooms, or -1
+// when its room is at least high minus low (it cannot lower the budget).
+// Rooms in [pollChunk, high-low) map to bands 0..bands-1 in order.
+func (r *Runner) bandOf(room int) int {
+	pc, gap := r.pollChunk(), r.cfg.highRecords-r.cfg.lowRecords
+	if room >= gap || gap <= pc {
+		return -1
+	}
+	return max(room-pc, 0) * bands / (gap - pc)
+}
+
+// setBand moves ps to the budget band of its room; partitions paused,
+// revoking or closed are in none.
+func (r *Runner) setBand(ps *partState) {
+	b := -1
+	if !ps.paused && !ps.revoking && !ps.closed {
+		b = r.bandOf(r.room(ps))
+	}
+	if b == ps.band {
+		return
+	}
+	if ps.band >= 0 {
+		r.bandCount[ps.band]--
+	}
+	if b >= 0 {
+		r.bandCount[b]++
+	}
+	ps.band = b
+}
+
+// checkFlow pauses a partition when the next poll could push it past its
+// high water mark or its window (its room is below pollChunk), or its bytes
+// reached the byte high water mark; it resumes it at the low water marks
+// (the window's low mark is the window less the gap between the water
+// marks). It then applies the global limit.
+func (r *Runner) checkFlow(ps *partState) {
+	if !ps.revoking && !ps.closed {
+		cfg := &r.cfg
+		outstanding := ps.p.Tracker().Outstanding()
+		switch {
+		case !ps.paused && (r.room(ps) < r.pollChunk() || ps.bytes >= cfg.highBytes):
+			ps.paused = true
+			r.flowDirty = append(r.flowDirty, ps)
+		case ps.paused && ps.count <= cfg.lowRecords && ps.bytes <= cfg.lowBytes &&
+			outstanding <= cfg.window-(cfg.highRecords-cfg.lowRecords):
+			ps.paused = false
+			ps.windowWarned = false
+			r.flowDirty = append(r.flowDirty, ps)
+		}
+		if ps.paused && !ps.windowWarned && cfg.window-outstanding < r.pollChunk() {
+			ps.windowWarned = true
+			r.tel.windowFull.Add(context.Background(), 1)
+			o := r.oldest(ps)
+			r.log.Warn("partition paused: its uncommitted window is full behind its oldest unfinished record",
+				"partition", ps.tp.String(), "window", cfg.window, "outstanding", outstanding,
+				"oldest", o.record(ps.tp), "state", o.state.String(), "attempts", o.attempts, "err", o.err, "age", o.age)
+		}
+	}
+	r.setBand(ps)
+	r.checkGlobal()
+}
+
+// checkGlobal applies the global limit: every partition pauses while the
+// runner's charge is at pauseAt and resumes once it fell to half. It runs
+// whenever the charge falls, including when a lost or revoked partition's
+// records leave it.
+func (r *Runner) checkGlobal() {
+	switch c := r.charged(); {
+	case !r.globalPaused && c >= r.pauseAt:
+		r.globalPaused = true
+		for _, p := range r.parts {
+			r.flowDirty = append(r.flowDirty, p)
+		}
+	case r.globalPaused && c <= r.pauseAt/2:
+		r.globalPaused = false
+		for _, p := range r.parts {
+			r.flowDirty = append(r.flowDirty, p)
+		}
+	}
+}
+
+// flushFlow tells the source about partitions whose paused state changed.
+func (r *Runner) flushFlow() {
+	if len(r.flowDirty) == 0 {
+		return
+	}
+	r.pauseBuf, r.resumeBuf = r.pauseBuf[:0], r.resumeBuf[:0]
+	for _, ps := range r.flowDirty {
+		if ps.closed {
+			continue
+		}
+		want := (ps.paused || r.globalPaused || r.stopping) && !ps.revoking
+		if r.stopping {
+			want = true
+		}
+		if want == ps.srcPaused {
+			continue
+		}
+		ps.srcPaused = want
+		if want {
+			r.pauseBuf = append(r.pauseBuf, ps.tp)
+		} else {
+			r.resumeBuf = append(r.resumeBuf, ps.tp)
+		}
+	}
+	clear(r.flowDirty)
+	r.flowDirty = r.flowDirty[:0]
+	if len(r.pauseBuf) > 0 {
+		r.src.Pause(r.pauseBuf)
+		r.tel.pauses.Add(context.Background(), int64(len(r.pauseBuf)))
+	}
+	if len(r.resumeBuf) > 0 {
+		r.src.Resume(r.resumeBuf)
+	}
+}

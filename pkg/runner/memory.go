@@ -1,0 +1,290 @@
+package runner
+
+import (
+	"slices"
+	"unsafe"
+
+	"github.com/tidemark/tidemark/pkg/watermark"
+)
+
+// Memory accounting (invariant 6; docs/runner.md, "Memory"). The runner
+// charges every record it keeps the memory that record costs it, so that
+// the byte water marks and MaxBufferedBytes bound memory, not payload:
+//
+//   - its payload: the one allocation holding its key, value and header
+//     bytes (copied by copyRecord, so that it pins no buffer of the
+//     source's), as the allocator sized it, and its header slice;
+//   - RecordOverhead(o): its task, its tracker slot, and in KeyOrder its
+//     share of the key lanes.
+//
+// The tracker slot stays charged after the record finished, as long as
+// the record is behind the safe offset's unfinished head (the uncommitted
+// window bounds how many). What a partition costs whatever its records is
+// PartitionOverhead; it is not charged.
+
+var (
+	// taskAlloc and laneAlloc are what the allocator takes for a task and
+	// a lane (their size classes).
+	taskAlloc = allocSize(int(unsafe.Sizeof(task{})))
+	laneAlloc = allocSize(int(unsafe.Sizeof(lane{})))
+)
+
+const (
+	headerSize = int64(unsafe.Sizeof(Header{}))
+	// laneEntryBytes bounds what one key lane takes in its partition's
+	// map: a map[uint64]*lane entry takes at most 41 bytes (measured with
+	// Go 1.26's maps, just after the table grew), and the map is rebuilt
+	// once sweeps left it less than half full, so at most twice that.
+	laneEntryBytes = 82
+	// laneSlack is how many idle key lanes a partition keeps whatever its
+	// count: a small cache for keys that come back.
+	laneSlack = 8
+)
+
+// laneCharge is what one key lane costs: the lane and its map entry.
+var laneCharge = laneAlloc + laneEntryBytes
+
+// allocSize returns the size of the allocation the runtime makes for n
+// bytes (its size class). It allocates: call it at init only.
+func allocSize(n int) int64 { return int64(cap(slices.Grow([]byte(nil), n))) }
+
+// RecordOverhead is what the runner charges each record it buffers or
+// runs, on top of its payload (the allocation holding its key, value and
+// header bytes, and its header slice), against the byte water marks and
+// MaxBufferedBytes, for ordering mode o: the record's task, its tracker
+// slot (watermark.SlotBytes, which stays charged until the safe offset
+// passes the record), and in KeyOrder two key lanes' worth (a partition
+// keeps at most two lanes per record it holds, plus a constant few). With
+// Go 1.26 on amd64 it is 576 bytes in KeyOrder and 320 in the other modes.
+func RecordOverhead(o Ordering) int64 {
+	n := taskAlloc + watermark.SlotBytes
+	if o == KeyOrder {
+		n += 2 * laneCharge
+	}
+	return n
+}
+
+// PartitionOverhead bounds, in bytes, what the runner keeps for each
+// partition it owns whatever its records: the partition's state, its
+// tracker's least ring, its lane map and the few idle lanes it caches, its
+// context and its entries in the runner's tables and stats. It is not
+// charged against MaxBufferedBytes: budget it per assigned partition
+// (TestPartitionOverhead measures it).
+const PartitionOverhead = 3 << 10
+
+// PartitionGoneOverhead bounds, in bytes, what the runner keeps for a
+// partition it owned and no longer owns, until the process ends: its entry
+// in the ownership table (its last acknowledged commit, which a later
+// assignment with an unknown start needs).
+const PartitionGoneOverhead = 768
+
+// copyRecord sets dst to a copy of src that shares no memory with it:
+// Key, Value and the header keys and values in one new allocation (never
+// reused, so a handler may keep the Record), the headers in another. A nil
+// key, value or header value stays nil. It returns the bytes to charge
+// for the copy's payload.
+func copyRecord(dst, src *Record) int64 {
+	*dst = *src
+	n := len(src.Key) + len(src.Value)
+	for i := range src.Headers {
+		n += len(src.Headers[i].Key) + len(src.Headers[i].Value)
+	}
+	var buf []byte
+	var charge int64
+	if n > 0 {
+		// slices.Grow sizes the allocation to its size class and reports
+		// it in cap: that is what the copy costs.
+		buf = slices.Grow([]byte(nil), n)
+		charge = int64(cap(buf))
+	}
+	dst.Key, buf = cut(buf, src.Key)
+	dst.Value, buf = cut(buf, src.Value)
+	if src.Headers != nil {
+		hs := make([]Header, len(src.Headers))
+		charge += int64(cap(hs)+1) * headerSize // +1: the allocation rounds up
+		for i, h := range src.Headers {
+			var k []byte
+			k, buf = cut(buf, unsafe.Slice(unsafe.StringData(h.Key), len(h.Key)))
+			// Nothing writes buf after the copy: a string over it is as
+			// immutable as any.
+			hs[i].Key = unsafe.String(unsafe.SliceData(k), len(k))
+			hs[i].Value, buf = cut(buf, h.Value)
+		}
+		dst.Headers = hs
+	}
+	return charge
+}
+
+// emptyBytes backs the copies of empty, non-nil byte slices.
+var emptyBytes [0]byte
+
+// cut appends b to buf and returns the copy (nil for a nil b, capacity
+// limited so that appending to it cannot overwrite what follows) and buf.
+func cut(buf, b []byte) ([]byte, []byte) {
+	if b == nil {
+		return nil, buf
+	}
+	if len(b) == 0 {
+		return emptyBytes[:], buf
+	}
+	k := len(buf)
+	buf = append(buf, b...)
+	return buf[k:len(buf):len(buf)], buf
+}
+
+// The free lists keep tasks and lanes for reuse, so that a record costs no
+// allocation for them in steady state. They are bounded two ways. They only
+// use the room the records leave under the global limit: a task or lane is
+// kept only while the records' charge plus what the free lists hold stays
+// within pauseAt, and after a hand-over that pushed the two above it the
+// free lists give back the excess (fitFree), so that together they stay
+// within the runner's share as the records alone do. And every tick
+// (trimFree) they give back what no one took from them since the last
+// tick, so an idle runner keeps none after a peak.
+
+// newTask returns a task from the free list, or a new one.
+func (r *Runner) newTask() *task {
+	n := len(r.free)
+	if n == 0 {
+		return &task{}
+	}
+	t := r.free[n-1]
+	r.free[n-1] = nil
+	r.free = r.free[:n-1]
+	r.freeLow = min(r.freeLow, n-1)
+	r.freeBytes -= taskAlloc
+	return t
+}
+
+// freeTask clears t and keeps it for reuse if the room under the global
+// limit allows.
+func (r *Runner) freeTask(t *task) {
+	*t = task{}
+	if r.charged()+r.freeBytes+taskAlloc <= r.pauseAt {
+		r.free = append(r.free, t)
+		r.freeBytes += taskAlloc
+	}
+}
+
+func (r *Runner) newLane(key uint64) *lane {
+	n := len(r.freeLanes)
+	if n == 0 {
+		return &lane{key: key}
+	}
+	l := r.freeLanes[n-1]
+	r.freeLanes[n-1] = nil
+	r.freeLanes = r.freeLanes[:n-1]
+	r.freeLanesLow = min(r.freeLanesLow, n-1)
+	r.freeBytes -= laneAlloc
+	l.key = key
+	return l
+}
+
+// freeLane is freeTask for lanes.
+func (r *Runner) freeLane(l *lane) {
+	*l = lane{}
+	if r.charged()+r.freeBytes+laneAlloc <= r.pauseAt {
+		r.freeLanes = append(r.freeLanes, l)
+		r.freeBytes += laneAlloc
+	}
+}
+
+// fitFree gives back free tasks, then free lanes, until the records' charge
+// plus the free lists are within pauseAt again (or the lists are empty).
+// Each one given back was kept before: amortized O(1).
+func (r *Runner) fitFree() {
+	for over := r.charged() + r.freeBytes - r.pauseAt; over > 0 && len(r.free) > 0; over -= taskAlloc {
+		r.free = trim(r.free, 1)
+		r.freeBytes -= taskAlloc
+	}
+	for over := r.charged() + r.freeBytes - r.pauseAt; over > 0 && len(r.freeLanes) > 0; over -= laneAlloc {
+		r.freeLanes = trim(r.freeLanes, 1)
+		r.freeBytes -= laneAlloc
+	}
+	r.freeLow, r.freeLanesLow = min(r.freeLow, len(r.free)), min(r.freeLanesLow, len(r.freeLanes))
+}
+
+// trimFree gives back the tasks and lanes that stayed in the free lists
+// since the last call (their least length meanwhile), and the lists'
+// arrays once they are mostly empty. It runs every tick.
+func (r *Runner) trimFree() {
+	r.free = trim(r.free, r.freeLow)
+	r.freeLanes = trim(r.freeLanes, r.freeLanesLow)
+	r.freeLow, r.freeLanesLow = len(r.free), len(r.freeLanes)
+	r.freeBytes = int64(len(r.free))*taskAlloc + int64(len(r.freeLanes))*laneAlloc
+}
+
+// trim drops the last k elements of s, and s's array once it is mostly
+// unused.
+func trim[T any](s []*T, k int) []*T {
+	n := len(s) - k
+	clear(s[n:])
+	s = s[:n]
+	if cap(s) > 4*n+64 {
+		s = append([]*T(nil), s...)
+	}
+	return s
+}
+
+// trimLanes drops a partition's idle key lanes once it has more than two
+// per record it holds (plus its held lanes and laneSlack): a busy lane
+// holds at least one record, so after a sweep at most one lane per record
+// is left, and the next sweep comes only after as many new lanes again
+// (amortized O(1) per lane). When sweeps have left the map less than half
+// as full as it once was, it is rebuilt: a Go map never gives back its
+// table.
+func (r *Runner) trimLanes(ps *partState) {
+	if len(ps.lanes) <= 2*ps.count+ps.held+laneSlack {
+		return
+	}
+	for k, l := range ps.lanes {
+		if !l.busy {
+			delete(ps.lanes, k)
+			r.freeLane(l)
+		}
+	}
+	if n := len(ps.lanes); ps.lanePeak > 2*n && ps.lanePeak > laneSlack {
+		m := make(map[uint64]*lane, n)
+		for k, l := range ps.lanes {
+			m[k] = l
+		}
+		ps.lanes, ps.lanePeak = m, n
+	}
+}
+
+// setSlots charges ps's tracker slots: one per outstanding record.
+func (r *Runner) setSlots(ps *partState) {
+	n := int64(ps.p.Tracker().Outstanding()) * watermark.SlotBytes
+	r.slotBytes += n - ps.slotBytes
+	ps.slotBytes = n
+}
+
+// release ends what a closed partition charges: its tracker slots and
+// held lanes. Its tracker keeps only a ring of the least size (the
+// partition's next assignment starts afresh anyway); in-flight records
+// are charged until they return.
+func (r *Runner) release(ps *partState) {
+	r.slotBytes -= ps.slotBytes
+	ps.slotBytes = 0
+	r.heldBytes -= int64(ps.held) * laneCharge
+	ps.held = 0
+	ps.p.Tracker().Reset(ps.p.Safe())
+}
+
+// charged is the runner's total charge: what MaxBufferedBytes bounds.
+func (r *Runner) charged() int64 { return r.totalBytes + r.slotBytes + r.heldBytes }
+
+// globalLimits returns where the runner pauses every partition (its
+// charge at pauseAt or above) for MaxBufferedBytes max: its share, max
+// minus SourceShare, less what one hand-over can add (the check runs after
+// it). A hand-over brings at most SourceShare of key, value and header bytes
+// (the source holds them before handing them over; the allocator rounds a
+// copy up by at most a quarter plus 7 bytes) and at most high-low records
+// (the runner's budget), each charged at most RecordOverhead plus 8 bytes of
+// rounding and one header of slice rounding. The free lists live under
+// pauseAt too (freeTask). pauseAt is not positive when max leaves no room.
+func (c *config) globalLimits() (pauseAt, handover int64) {
+	share := int64(float64(c.maxBytes) * SourceShare)
+	handover = share + share/4 + int64(c.highRecords-c.lowRecords)*(RecordOverhead(c.ordering)+8+headerSize)
+	return c.maxBytes - share - handover, handover
+}

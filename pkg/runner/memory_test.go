@@ -1,0 +1,302 @@
+package runner_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/runner/runnertest"
+)
+
+// TestHandlerMayKeepARecord: the runner keeps its own copy of every record's
+// key, value and headers, so the source may reuse its buffers once Fetched
+// returned (as a client does with its fetch buffers), and a handler may keep
+// a Record after returning. (The runner kept the source's slices: the
+// handler read bytes the source had overwritten.)
+func TestHandlerMayKeepARecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDriver()
+		reused := make(chan struct{})
+		kept := make(chan runner.Record, 4)
+		r := newRunner(t, d, runner.Handle(topic, func(_ context.Context, rec runner.Record) error {
+			<-reused
+			kept <- rec
+			return nil
+		}), runner.Order(runner.Unordered))
+		wait := started(t, r)
+		sink := d.sink(t)
+		ctx := context.Background()
+		if err := sink.Assigned(ctx, []runner.Assignment{{TP: tp(0), Start: 0}}); err != nil {
+			t.Fatal(err)
+		}
+		buf := []byte("key-0value-0hdr-0hval-0")
+		recs := make([]runner.Record, 4)
+		for i := range recs {
+			recs[i] = runner.Record{Topic: topic, Offset: int64(i), Key: buf[0:5], Value: buf[5:12],
+				Headers: []runner.Header{{Key: "h", Value: buf[17:23]}}}
+		}
+		recs[3].Key, recs[3].Headers = nil, nil // a nil key stays nil
+		if _, err := sink.Fetched(ctx, []runner.Batch{batch(recs)}); err != nil {
+			t.Fatal(err)
+		}
+		copy(buf, bytes.Repeat([]byte("X"), len(buf))) // the source reuses its buffer
+		for i := range recs {
+			recs[i] = runner.Record{}
+		}
+		close(reused)
+		for range 4 {
+			rec := <-kept
+			if rec.Offset == 3 {
+				if rec.Key != nil || rec.Headers != nil || string(rec.Value) != "value-0" {
+					t.Fatalf("record 3 = key %q (nil %v) value %q headers %v, want a nil key, no headers, value-0", rec.Key, rec.Key == nil, rec.Value, rec.Headers)
+				}
+				continue
+			}
+			if v, _ := rec.Header("h"); string(rec.Key) != "key-0" || string(rec.Value) != "value-0" || string(v) != "hval-0" {
+				t.Fatalf("record %d kept key %q value %q header %q, want key-0 value-0 hval-0: it shares the source's buffer", rec.Offset, rec.Key, rec.Value, v)
+			}
+		}
+		r.Close()
+		_ = wait()
+	})
+}
+
+// liveHeap returns the live heap after a collection.
+func liveHeap() int64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// TestIdleRunnerReleasesMemory: once everything is handled and committed,
+// what the runner keeps is its per-partition constant, whatever the peak
+// was: the tracker ring, the idle key lanes and the free lists shrink. (It
+// kept the tracker ring of the peak, idle key lanes up to twice the high
+// water mark, and every task of the peak in its free list.)
+func TestIdleRunnerReleasesMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const high, low, n = 10_000, 9_000, 50_000
+		src := runnertest.New()
+		src.BatchSize = 1000
+		fill(src, 1, n, n) // every key different: one lane per buffered record
+		release := make(chan struct{})
+		r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+			if rec.Offset < high {
+				<-release // build a backlog up to the high water mark
+			}
+			return nil
+		}), runner.WaterMarks(high, low), runner.Concurrency(64), runner.CommitInterval(5*time.Millisecond))
+		base := liveHeap()
+		started(t, r)
+		assign(t, src, tp(0))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if s := r.Stats(); len(s.Partitions) != 1 || s.Partitions[0].Buffered < high-(high-low)/2 {
+			t.Fatalf("no backlog at the high water mark: %+v", s)
+		}
+		peak := liveHeap() - base
+		close(release)
+		time.Sleep(time.Second) // fake time: everything runs, then a few ticks
+		synctest.Wait()
+		if off, _ := src.Committed(tp(0)); off != n {
+			t.Fatalf("committed %d, want %d", off, n)
+		}
+		idle := liveHeap() - base
+		limit := int64(runner.PartitionOverhead) + 256<<10 // + 256 KiB of noise
+		t.Logf("live heap above the baseline: %d KiB at the backlog, %d KiB idle (limit %d KiB)", peak>>10, idle>>10, limit>>10)
+		if idle > limit {
+			t.Fatalf("the idle runner holds %d KiB after a peak of %d KiB, above %d KiB", idle>>10, peak>>10, limit>>10)
+		}
+	})
+}
+
+// TestChargeCoversTheHeap: what the runner charges for the records it
+// holds (Stats.Bytes, what MaxBufferedBytes bounds) is at least the live
+// heap they take, in each ordering mode, with every key different (the
+// most lanes). (The runner charged key, value and header bytes only: a
+// 23-byte record took about 400 bytes.)
+func TestChargeCoversTheHeap(t *testing.T) {
+	t.Logf("task %d B, lane %d B; RecordOverhead: key %d B, partition %d B, unordered %d B",
+		runner.TaskAllocForTest, runner.LaneAllocForTest, runner.RecordOverhead(runner.KeyOrder),
+		runner.RecordOverhead(runner.PartitionOrder), runner.RecordOverhead(runner.Unordered))
+	for _, mode := range []runner.Ordering{runner.KeyOrder, runner.PartitionOrder, runner.Unordered} {
+		t.Run(mode.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const high, low, batchSize = 20_000, 10_000, 1000
+				d := newDriver()
+				hold := make(chan struct{})
+				r := newRunner(t, d, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+					select {
+					case <-hold:
+					case <-ctx.Done():
+					}
+					return nil
+				}), runner.Order(mode), runner.Concurrency(1), runner.WaterMarks(high, low),
+					runner.ByteWaterMarks(1<<30, 1<<29), runner.MaxBufferedBytes(8<<30), runner.CommitInterval(time.Millisecond))
+				wait := started(t, r)
+				sink := d.sink(t)
+				ctx := context.Background()
+				if err := sink.Assigned(ctx, []runner.Assignment{{TP: tp(0), Start: 0}}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(10 * time.Millisecond)
+				synctest.Wait()
+				base := liveHeap()
+				var off int64
+				for budget := batchSize; !d.isPaused(tp(0)); {
+					recs := make([]runner.Record, min(budget, batchSize))
+					for i := range recs {
+						recs[i] = runner.Record{Topic: topic, Offset: off, Key: []byte(fmt.Sprintf("k%06d", off)), Value: make([]byte, 16)}
+						if off%2 == 0 {
+							recs[i].Headers = []runner.Header{{Key: "h", Value: []byte("hval")}}
+						}
+						off++
+					}
+					var err error
+					if budget, err = sink.Fetched(ctx, []runner.Batch{batch(recs)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				time.Sleep(10 * time.Millisecond) // fake time: a tick refreshes Stats
+				synctest.Wait()
+				held := liveHeap() - base
+				s := r.Stats()
+				t.Logf("%d records held: %d bytes charged, %d bytes of live heap (%.0f and %.0f per record)",
+					s.Buffered, s.Bytes, held, float64(s.Bytes)/float64(s.Buffered), float64(held)/float64(s.Buffered))
+				if s.Buffered < high/2 {
+					t.Fatalf("only %d records held", s.Buffered)
+				}
+				if held > s.Bytes {
+					t.Fatalf("the records take %d bytes of heap, above the %d charged", held, s.Bytes)
+				}
+				close(hold)
+				r.Close()
+				_ = wait()
+			})
+		})
+	}
+}
+
+// TestPartitionOverhead: what an owned partition costs without records is
+// within PartitionOverhead.
+func TestPartitionOverhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 2000
+		d := newDriver()
+		r := newRunner(t, d, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error { return nil }),
+			runner.CommitInterval(time.Millisecond))
+		wait := started(t, r)
+		sink := d.sink(t)
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		as := make([]runner.Assignment, n)
+		for i := range as {
+			as[i] = runner.Assignment{TP: tp(int32(i)), Start: 0}
+		}
+		base := liveHeap()
+		if err := sink.Assigned(context.Background(), as); err != nil {
+			t.Fatal(err)
+		}
+		// A few records each: the tracker's least ring, and the idle key
+		// lanes a partition keeps.
+		for i := range as {
+			if _, err := sink.Fetched(context.Background(), []runner.Batch{batch(records(int32(i), 0, 8, 8))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // a tick: the stats snapshot
+		synctest.Wait()
+		as = nil
+		per := (liveHeap() - base) / n
+		t.Logf("%d bytes per owned partition (PartitionOverhead %d)", per, runner.PartitionOverhead)
+		if per > runner.PartitionOverhead {
+			t.Fatalf("an owned partition takes %d bytes, above PartitionOverhead (%d)", per, runner.PartitionOverhead)
+		}
+		tps := make([]runner.TP, n)
+		for i := range tps {
+			tps[i] = tp(int32(i))
+		}
+		if err := sink.Lost(context.Background(), tps); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		tps = nil
+		gone := (liveHeap() - base) / n
+		t.Logf("%d bytes per partition lost", gone)
+		if gone > runner.PartitionGoneOverhead {
+			t.Fatalf("a lost partition keeps %d bytes, above PartitionGoneOverhead (%d)", gone, runner.PartitionGoneOverhead)
+		}
+		r.Close()
+		_ = wait()
+	})
+}
+
+// TestFreeListsLiveUnderTheLimit: the free lists keep tasks and lanes only
+// in the room the records leave under the runner's global limit, so
+// records and free lists together stay within the runner's share; and a
+// tick gives back what nobody took from them since the last one.
+func TestFreeListsLiveUnderTheLimit(t *testing.T) {
+	d := newDriver()
+	r := newRunner(t, d, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error { return nil }),
+		runner.WaterMarks(2000, 1000), runner.ByteWaterMarks(1<<20, 1<<19), runner.MaxBufferedBytes(8<<20))
+	tps := make([]runner.TP, 8)
+	for i := range tps {
+		tps[i] = tp(int32(i))
+	}
+	runner.AssignForTest(r, tps)
+	next := make([]int64, len(tps))
+	check := func(when string) {
+		t.Helper()
+		// After a hand-over the records alone may be above the limit
+		// (by less than what one hand-over can add); the free lists then
+		// hold nothing.
+		charged, free, pauseAt := runner.MemoryForTest(r)
+		if charged+free > max(pauseAt, charged) || (charged > pauseAt && free > 0) {
+			t.Fatalf("%s: records charged %d and free lists %d, with the global limit %d", when, charged, free, pauseAt)
+		}
+	}
+	// Fill to the global limit, empty, refill with other keys, many times.
+	for round := range 6 {
+		for i := 0; ; i = (i + 1) % len(tps) {
+			if d.isPaused(tps[i]) {
+				if paused := func() bool {
+					for _, tp := range tps {
+						if !d.isPaused(tp) {
+							return false
+						}
+					}
+					return true
+				}(); paused {
+					break
+				}
+				continue
+			}
+			recs := records(int32(i), next[i], 200, 1<<30)
+			for j := range recs {
+				recs[j].Value = make([]byte, 1000*(round%3)) // records of other sizes each round
+			}
+			runner.DeliverForTest(r, batch(recs))
+			next[i] += 200
+			check("filling")
+		}
+		for runner.CompleteForTest(r, 1000, func(runner.Record) bool { return false }) > 0 {
+			check("emptying")
+		}
+		if _, free, _ := runner.MemoryForTest(r); round == 0 && free == 0 {
+			t.Fatal("the free lists kept nothing: the test does not test them")
+		}
+	}
+	runner.TickForTest(r)
+	runner.TickForTest(r) // nothing taken since the last tick: all given back
+	if _, free, _ := runner.MemoryForTest(r); free != 0 {
+		t.Fatalf("the free lists hold %d bytes after two idle ticks, want 0", free)
+	}
+}
