@@ -3,12 +3,10 @@
 package integration_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"fmt"
 	"log/slog"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -108,9 +106,9 @@ func checkShape(t *testing.T, topic string, uncompressed int64) {
 
 // memSampler measures the live heap as the last collection found it
 // (runtime/metrics /gc/heap/live:bytes: what was reachable, not what the
-// fetch goroutines allocated since), and the process's resident set
-// (VmRSS, what the kernel's OOM killer counts), both above a baseline taken
-// when it is created.
+// fetch goroutines allocated between the collection and the reading, which
+// liveHeap's HeapAlloc also counts), and the process's resident set
+// (residentBytes), both above a baseline taken when it is created.
 type memSampler struct {
 	t                 *testing.T
 	baseHeap, maxHeap uint64
@@ -122,7 +120,7 @@ func newMemSampler(t *testing.T) *memSampler {
 	m := &memSampler{t: t, live: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 	runtime.GC()
 	debug.FreeOSMemory()
-	m.baseHeap, m.baseRSS = m.liveHeap(), vmRSS(t)
+	m.baseHeap, m.baseRSS = m.liveHeap(), uint64(residentBytes(t))
 	return m
 }
 
@@ -136,34 +134,13 @@ func (m *memSampler) liveHeap() uint64 {
 
 // sample reads the resident set, then collects and reads the live heap.
 func (m *memSampler) sample() {
-	if rss := vmRSS(m.t); rss > m.baseRSS {
+	if rss := uint64(residentBytes(m.t)); rss > m.baseRSS {
 		m.maxRSS = max(m.maxRSS, rss-m.baseRSS)
 	}
 	runtime.GC()
 	if h := m.liveHeap(); h > m.baseHeap {
 		m.maxHeap = max(m.maxHeap, h-m.baseHeap)
 	}
-}
-
-// vmRSS is the process's resident set in bytes, from /proc/self/status.
-func vmRSS(t *testing.T) uint64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		t.Fatalf("reading the resident set: %v", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatalf("parsing VmRSS %q: %v", rest, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmRSS in /proc/self/status")
-	return 0
 }
 
 func mib(n uint64) float64 { return float64(n) / (1 << 20) }
@@ -348,5 +325,133 @@ func TestFranzSourceMemory(t *testing.T) {
 		t.Fatalf("live heap grew %.1f MiB, above the source's share, one fetch and its fixed state (%.1f MiB)", mib(mem.maxHeap), mib(heapBound))
 	case mem.maxRSS > rssBound:
 		t.Fatalf("resident set grew %.1f MiB, above %.1f MiB", mib(mem.maxRSS), mib(rssBound))
+	}
+}
+
+// TestBoundedMemory: a backlog and a slow handler over the franz adapter.
+// Every partition's buffered plus in-flight records stay at or under the
+// high water mark, and what the process holds stays under the byte cap plus
+// a constant (invariant 6): the live heap as the last collection found it,
+// and the process's resident memory. In "small records" (1,000,000 records
+// of about 14 bytes) the record water marks bind; in "1 KiB records" the
+// byte limits do: the byte water marks (12 partitions × 768 KiB) and, first,
+// the runner's share of the cap, which it charges with what each record
+// costs beside its bytes. TestBoundedMemoryKafkago is its twin.
+//
+// The records are what the bound assumes (runner.RecordShape: at least
+// minRecord bytes uncompressed, snappy, compressed at most 4 times), in
+// batches of at most memBatchBytes (4 KiB), below the fetch size the
+// adapter derives (docs/adapters.md: F = 7/8 · 4 MiB / (2k · E), k = 3,
+// E = 79 for small records and 6.2 for 1 KiB ones: 7.6 KiB and 97 KiB),
+// since a broker sends a larger batch whole.
+//
+// The bound is the cap plus memSlack (1 MiB). The runner charges every
+// record it holds within its share and keeps headroom for a hand-over
+// (docs/runner.md), and the adapter keeps its fetches, the poll it hands
+// over and its parked records within FetchLimits.Bytes (docs/adapters.md).
+// So above the cap comes only what does not grow with the records — the
+// runner's per-partition constants (runner.PartitionOverhead, 3 KiB, x12)
+// and the fixed state of the client and the adapter (metadata, cursors, the
+// fetch session, connections, maps: 0.1 MiB in TestFranzSourceMemory) —
+// and what the client's fetch goroutine decodes while the measuring
+// collection marks, which counts as live in that cycle: one fetch,
+// F · E = 7/8 · 4 MiB / 6, 0.6 MiB. Together 0.75 MiB. The resident set
+// also holds the heap's garbage between collections (GOGC=100: up to as
+// much again) and goroutine stacks: its bound is twice the heap's, three
+// times that under the race detector, whose shadow memory is resident.
+func TestBoundedMemory(t *testing.T) {
+	const partitions, byteCap = 12, 16 << 20
+	tests := []struct {
+		name      string
+		records   int
+		value     int // bytes; 0: strconv.Itoa(i)
+		minRecord int
+		high, low int           // records
+		highBytes int64         // ByteWaterMarks' high; low is half
+		handler   time.Duration // per record; 32 at a time
+	}{
+		{name: "small records", records: 1_000_000, minRecord: 16, high: 500, low: 250, highBytes: 1 << 20, handler: 2 * time.Millisecond},
+		{name: "1 KiB records", records: 150_000, value: 1 << 10, minRecord: 1 << 10, high: 2000, low: 1000, highBytes: 768 << 10, handler: 5 * time.Millisecond},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			heapBound := uint64(byteCap + memSlack)
+			rssBound := 2 * heapBound
+			if raceDetector {
+				rssBound *= 3
+			}
+			topic := bed.Topic(t, partitions)
+			group := bed.Group(t)
+			produceSmallBatches(t, topic, tc.records, tc.value, func(i int) string { return "key-" + strconv.Itoa(i%10_000) })
+
+			var handled atomic.Int64
+			watch := &shapeWatch{Handler: quietLogger().Handler()}
+			src, err := franz.New(bed.Kafka(t), group, []string{topic}, franz.Logger(slog.New(watch)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			mem := newMemSampler(t)
+			r, err := runner.New(src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+				time.Sleep(tc.handler)
+				handled.Add(1)
+				return nil
+			}), runner.Concurrency(32), runner.WaterMarks(tc.high, tc.low), runner.MaxBufferedBytes(byteCap),
+				runner.ByteWaterMarks(tc.highBytes, tc.highBytes/2), runner.RecordShape(tc.minRecord, 4),
+				runner.CommitInterval(10*time.Millisecond), runner.Logger(quietLogger()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- r.Run(context.Background()) }()
+
+			var maxBuffered, maxTotal, allPaused int
+			stop := time.Now().Add(15 * time.Second)
+			for i := 0; time.Now().Before(stop); i++ {
+				s := r.Stats()
+				paused := 0
+				for _, p := range s.Partitions {
+					maxBuffered = max(maxBuffered, p.Buffered)
+					if p.Paused {
+						paused++
+					}
+				}
+				if paused == partitions {
+					allPaused++
+				}
+				maxTotal = max(maxTotal, s.Buffered)
+				if i%5 == 0 {
+					mem.sample()
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := r.Shutdown(ctx); err != nil {
+				t.Fatalf("Shutdown: %v", err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			t.Logf("handled %d of %d records in 15s; max buffered per partition %d (high %d), in all %d; every partition paused in %d samples; max live heap growth %.1f MiB (bound %.1f), max RSS growth %.1f MiB (bound %.1f)",
+				handled.Load(), tc.records, maxBuffered, tc.high, maxTotal, allPaused, mib(mem.maxHeap), mib(heapBound), mib(mem.maxRSS), mib(rssBound))
+			if watch.outside.Load() {
+				t.Fatal("the adapter saw records outside the stated shape: the test would not test the bound")
+			}
+			if n := handled.Load(); n == 0 || n == int64(tc.records) {
+				t.Fatalf("handled %d of %d records: the backlog did not last the 15s measured", n, tc.records)
+			}
+			if maxBuffered > tc.high {
+				t.Fatalf("a partition held %d records, above the high water mark %d", maxBuffered, tc.high)
+			}
+			if allPaused == 0 {
+				t.Fatalf("never saw every partition paused (max buffered %d per partition, %d in all): the slow handler did not build a backlog, so the bound was not tested", maxBuffered, maxTotal)
+			}
+			if mem.maxHeap > heapBound {
+				t.Errorf("live heap grew by %.1f MiB, above the bound %.1f MiB", mib(mem.maxHeap), mib(heapBound))
+			}
+			if mem.maxRSS > rssBound {
+				t.Errorf("resident memory grew by %.1f MiB, above the bound %.1f MiB", mib(mem.maxRSS), mib(rssBound))
+			}
+		})
 	}
 }

@@ -5,7 +5,6 @@ package integration_test
 import (
 	"context"
 	"errors"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/tidemark/tidemark/integration/bed"
 	"github.com/tidemark/tidemark/pkg/runner"
-	"github.com/tidemark/tidemark/pkg/source/franz"
 )
 
 // waitCommitted waits until the group's committed offset of every partition
@@ -183,93 +181,4 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
-}
-
-// TestBoundedMemory: a backlog of 1,000,000 small records and a slow
-// handler. Every partition's buffered plus in-flight records stay at or
-// under the high water mark, and the heap stays under the runner's byte cap
-// plus a stated overhead (invariant 6).
-func TestBoundedMemory(t *testing.T) {
-	const records, partitions, high, low = 1_000_000, 12, 500, 250
-	const byteCap = 16 << 20
-	// Overhead beyond the cap: franz-go's fetch buffers (FetchMaxBytes 4 MiB
-	// below, decompressed: tiny records decode to many kgo.Records), the
-	// records the adapter takes ahead of the runner, the runner's tasks and
-	// the ring buffers. Under the race detector the same run grows the heap
-	// about three times more (measured: 23-34 MiB without, 67 MiB with), so
-	// the bound is looser there; make test also runs this test without
-	// -race.
-	overhead := 32 << 20
-	if raceDetector {
-		overhead = 128 << 20
-	}
-	topic := bed.Topic(t, partitions)
-	group := bed.Group(t)
-	bed.Produce(t, topic, records, func(i int) string { return "key-" + strconv.Itoa(i%10_000) })
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	base := ms.HeapAlloc
-
-	var handled atomic.Int64
-	src, err := franz.New(bed.Kafka(t), group, []string{topic}, franz.Logger(quietLogger()),
-		franz.ClientOptions(kgo.FetchMaxBytes(4<<20), kgo.FetchMaxPartitionBytes(1<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := runner.New(src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
-		time.Sleep(2 * time.Millisecond)
-		handled.Add(1)
-		return nil
-	}), runner.Concurrency(32), runner.WaterMarks(high, low), runner.MaxBufferedBytes(byteCap),
-		runner.ByteWaterMarks(1<<20, 512<<10), runner.CommitInterval(10*time.Millisecond), runner.Logger(quietLogger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-
-	// The heap is measured live: right after a collection, above the
-	// baseline taken before the runner started, so garbage and the
-	// producer's leftovers do not count.
-	var maxBuffered, maxTotal int
-	var maxHeap uint64
-	stop := time.Now().Add(15 * time.Second)
-	for i := 0; time.Now().Before(stop); i++ {
-		s := r.Stats()
-		for _, p := range s.Partitions {
-			maxBuffered = max(maxBuffered, p.Buffered)
-		}
-		maxTotal = max(maxTotal, s.Buffered)
-		if i%25 == 0 {
-			runtime.GC()
-			runtime.ReadMemStats(&ms)
-			if ms.HeapAlloc > base {
-				maxHeap = max(maxHeap, ms.HeapAlloc-base)
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := r.Shutdown(ctx); err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	t.Logf("handled %d records in 15s; max buffered per partition %d (high %d), in all %d; max live heap growth %.1f MiB (cap %d MiB + overhead %d MiB)",
-		handled.Load(), maxBuffered, high, maxTotal, float64(maxHeap)/(1<<20), byteCap>>20, overhead>>20)
-	if handled.Load() == 0 {
-		t.Fatal("nothing handled")
-	}
-	if maxBuffered > high {
-		t.Fatalf("a partition held %d records, above the high water mark %d", maxBuffered, high)
-	}
-	if maxBuffered < high/2 {
-		t.Fatalf("partitions never filled (max %d): the slow handler did not build a backlog, so the bound was not tested", maxBuffered)
-	}
-	if maxHeap > uint64(byteCap+overhead) {
-		t.Fatalf("heap reached %.1f MiB, above the cap plus overhead (%d MiB)", float64(maxHeap)/(1<<20), (byteCap+overhead)>>20)
-	}
 }
