@@ -164,7 +164,11 @@ func Version(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (int, erro
 // migrate applies the missing migrations and returns the versions it
 // applied.
 func migrate(ctx context.Context, pool *pgxpool.Pool, n names, cfg config) ([]int, error) {
-	tx, err := pool.Begin(ctx)
+	// READ COMMITTED whatever the role's default_transaction_isolation:
+	// under REPEATABLE READ the snapshot would be taken before the lock is
+	// granted, and a replica that waited for another's migration would
+	// not see it, run it again and fail ("relation already exists").
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return nil, connError("migrate", err)
 	}
