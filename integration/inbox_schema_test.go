@@ -9,6 +9,8 @@ package integration_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/tidemark/tidemark/integration/bed"
 	"github.com/tidemark/tidemark/pkg/inbox"
+	"github.com/tidemark/tidemark/pkg/runner"
 )
 
 // inboxPoolOn returns a pool on the bed's database whose sessions start
@@ -79,5 +82,46 @@ func TestInboxMigrateUnderRepeatableRead(t *testing.T) {
 		if n := inboxCount(t, pool, "SELECT count(*) FROM tidemark_inbox_migrations"); n != int64(inbox.SchemaVersion) {
 			t.Fatalf("%d migration rows, want %d", n, inbox.SchemaVersion)
 		}
+	}
+}
+
+// TestInboxSchemaNameCannotEndTheFenceBody: the fence function's body is
+// dollar-quoted and holds the schema's name. A name that contains the
+// quote's tag must neither break the migration (the legal name
+// svc$fence$a) nor end the body early and run what follows as SQL (with
+// check_function_bodies off, the one place the body is not parsed at
+// CREATE time). In both schemas the migrated inbox fences and applies.
+func TestInboxSchemaNameCannotEndTheFenceBody(t *testing.T) {
+	ctx := context.Background()
+	admin := bed.PG(t)
+	home := admin.Config().ConnConfig.RuntimeParams["search_path"]
+	hostile := fmt.Sprintf("x$fence$; CREATE TABLE %s.pwned (); SELECT $fence$", home) // home is lower case: no quotes needed
+	for _, name := range []string{"svc$fence$a", hostile} {
+		t.Run(name, func(t *testing.T) {
+			inboxSchemaNamed(t, admin, name)
+			pool := inboxPoolOn(t, 4, map[string]string{"check_function_bodies": "off"})
+			if err := inbox.Migrate(ctx, pool, inbox.Schema(name), inbox.Logger(quietLogger())); err != nil {
+				t.Fatalf("Migrate in schema %q: %v", name, err)
+			}
+			if n := inboxCount(t, admin, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'pwned'`, home); n != 0 {
+				t.Fatalf("the schema name %q ran SQL of its own: table %s.pwned exists", name, home)
+			}
+			tp := runner.TP{Topic: "t", Partition: 0}
+			a := inboxStore(t, pool, "g", inbox.Schema(name))
+			b := inboxStore(t, pool, "g", inbox.Schema(name))
+			inboxTake(t, a, tp, -1)
+			noop := func(context.Context, pgx.Tx, runner.Record) error { return nil }
+			if err := a.Handler(noop)(ctx, inboxRec("t", 0, 1)); err != nil {
+				t.Fatalf("apply in schema %q: %v", name, err)
+			}
+			inboxTake(t, b, tp, -1)
+			if err := a.Handler(noop)(ctx, inboxRec("t", 0, 2)); !errors.Is(err, runner.ErrFenced) {
+				t.Fatalf("the old owner after the bump in schema %q: %v, want ErrFenced", name, err)
+			}
+			q := pgx.Identifier{name, "tidemark_inbox"}.Sanitize()
+			if n := inboxCount(t, admin, "SELECT count(*) FROM "+q); n != 1 {
+				t.Fatalf("%d inbox rows in schema %q, want 1", n, name)
+			}
+		})
 	}
 }

@@ -13,6 +13,7 @@ var (
 	SavepointNames = savepointNames[:]
 	LastMigration  = func() int { return migrations[len(migrations)-1].version }
 	LockKey        = lockKey
+	DollarQuote    = dollarQuote
 )
 
 // DedupKeyOf returns the dedup key s gives rec.

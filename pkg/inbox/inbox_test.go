@@ -375,3 +375,17 @@ func TestLockKeys(t *testing.T) {
 		t.Fatal("lock keys of different name lists collide")
 	}
 }
+
+// TestDollarQuote: the quoted body ends only where the quote says, whatever
+// tags the body holds.
+func TestDollarQuote(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"SELECT 1", "$fence$SELECT 1$fence$"},
+		{`FROM "x$fence$".t`, `$fence1$FROM "x$fence$".t$fence1$`},
+		{`"$fence$" "$fence1$"`, `$fence2$"$fence$" "$fence1$"$fence2$`},
+	} {
+		if got := inbox.DollarQuote(tc.body); got != tc.want {
+			t.Errorf("DollarQuote(%q) = %q, want %q", tc.body, got, tc.want)
+		}
+	}
+}

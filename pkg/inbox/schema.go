@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -32,6 +33,17 @@ type names struct {
 	lease      string
 	migrations string
 	fence      string
+}
+
+// dollarQuote quotes body as a PostgreSQL dollar-quoted string with a tag
+// body does not contain, so that no name in body — a schema may be called
+// anything, "$fence$" included — can end the string early.
+func dollarQuote(body string) string {
+	tag := "$fence$"
+	for i := 1; strings.Contains(body, tag); i++ {
+		tag = "$fence" + strconv.Itoa(i) + "$"
+	}
+	return tag + body + tag
 }
 
 func newNames(schema string) names {
@@ -88,21 +100,21 @@ CREATE UNIQUE INDEX ` + pgx.Identifier{inboxTable + "_dedup"}.Sanitize() + ` ON 
 -- and holds the lease row FOR SHARE until the commit is done. A lease bump
 -- (an UPDATE of the row) therefore waits for a committing old owner, and
 -- an old owner that commits after a bump fails here and rolls back.
-CREATE FUNCTION ` + n.fence + `() RETURNS trigger LANGUAGE plpgsql AS $fence$
+CREATE FUNCTION ` + n.fence + `() RETURNS trigger LANGUAGE plpgsql AS ` + dollarQuote(`
 DECLARE
 	current bigint;
 BEGIN
-	SELECT l.epoch INTO current FROM ` + n.lease + ` l
+	SELECT l.epoch INTO current FROM `+n.lease+` l
 	 WHERE l.group_id = NEW.group_id AND l.topic = NEW.topic AND l.partition = NEW.partition
 	   FOR SHARE;
 	IF current IS DISTINCT FROM NEW.epoch THEN
-		RAISE EXCEPTION USING ERRCODE = '` + fencedCode + `',
+		RAISE EXCEPTION USING ERRCODE = '`+fencedCode+`',
 			MESSAGE = format('tidemark inbox: fenced: %s/%s@%s was applied under lease epoch %s, the partition''s lease is at epoch %s',
 				NEW.topic, NEW.partition, NEW."offset", NEW.epoch, coalesce(current::text, 'none'));
 	END IF;
 	RETURN NULL;
 END
-$fence$;
+`) + `;
 CREATE CONSTRAINT TRIGGER ` + pgx.Identifier{inboxTable + "_fence"}.Sanitize() + `
 	AFTER INSERT ON ` + n.inbox + `
 	DEFERRABLE INITIALLY DEFERRED
