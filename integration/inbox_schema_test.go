@@ -14,6 +14,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -124,4 +125,83 @@ func TestInboxSchemaNameCannotEndTheFenceBody(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestInboxStatementsIgnoreTheEffectsSearchPath: an effect that changes its
+// session's search_path (SET, not SET LOCAL: it outlives the transaction
+// on the pooled connection) does not move the inbox: the Store resolved its
+// schema before, and the records that follow on that connection are
+// claimed, fenced and counted in the Store's own tables.
+func TestInboxStatementsIgnoreTheEffectsSearchPath(t *testing.T) {
+	ctx := context.Background()
+	home := inboxDB(t)
+	elsewhere := inboxDB(t) // a second, migrated inbox the session is sent to
+	homeSchema := home.Config().ConnConfig.RuntimeParams["search_path"]
+	otherSchema := elsewhere.Config().ConnConfig.RuntimeParams["search_path"]
+	one := inboxPoolOn(t, 1, map[string]string{"search_path": homeSchema})
+	s := inboxStore(t, one, "g")
+	tp := runner.TP{Topic: "t", Partition: 0}
+	inboxTake(t, s, tp, -1)
+	h := s.Handler(func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
+		if rec.Offset == 1 {
+			if _, err := tx.Exec(ctx, "SET search_path TO "+pgx.Identifier{otherSchema}.Sanitize()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for off := int64(1); off <= 3; off++ {
+		if err := h(ctx, inboxRec("t", 0, off)); err != nil {
+			t.Fatalf("record %d after the effect moved the search_path: %v", off, err)
+		}
+	}
+	if n := inboxCount(t, home, "SELECT count(*) FROM tidemark_inbox"); n != 3 {
+		t.Fatalf("%d inbox rows in the Store's schema, want 3", n)
+	}
+	if n := inboxCount(t, elsewhere, "SELECT count(*) FROM tidemark_inbox"); n != 0 {
+		t.Fatalf("%d inbox rows in the schema the effect moved to, want 0", n)
+	}
+}
+
+// TestInboxRetentionOneRoundPerGroup: a Store given Schema(s) and one that
+// finds s on its search_path are the same inbox, and their retention loops
+// take turns: while one is inside its round (blocked in its CommittedFunc)
+// the other never enters one.
+func TestInboxRetentionOneRoundPerGroup(t *testing.T) {
+	ctx := context.Background()
+	pool := inboxDB(t)
+	schema := pool.Config().ConnConfig.RuntimeParams["search_path"]
+	byName := inboxStore(t, pool, "g", inbox.Schema(schema))
+	byPath := inboxStore(t, pool, "g")
+	inboxTake(t, byName, runner.TP{Topic: "t", Partition: 0}, -1)
+
+	inside := make(chan string, 2)
+	release := make(chan struct{})
+	committed := func(name string) inbox.CommittedFunc {
+		return func(ctx context.Context, tps []runner.TP) (map[runner.TP]int64, error) {
+			select {
+			case inside <- name:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil, nil
+		}
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { _ = byName.RunRetention(rctx, 10*time.Millisecond, committed("schema option")) })
+	first := <-inside
+	wg.Go(func() { _ = byPath.RunRetention(rctx, 10*time.Millisecond, committed("search_path")) })
+	select {
+	case second := <-inside:
+		t.Fatalf("the %s Store entered a retention round while the %s one was inside one", second, first)
+	case <-time.After(time.Second): // about 100 rounds of the second loop
+	}
+	close(release)
 }

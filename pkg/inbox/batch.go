@@ -272,12 +272,15 @@ func (b *batcher) run(batch []*item) {
 	s := b.s
 	tp := batch[0].rec.TP()
 	epoch, _ := s.Epoch(tp)
-	err := s.retry(ctx, func() error {
-		for _, it := range batch {
-			it.err, it.applied, it.replay = nil, false, false
-		}
-		return b.runOnce(ctx, batch, epoch)
-	})
+	sc, err := s.resolve(ctx)
+	if err == nil {
+		err = s.retry(ctx, func() error {
+			for _, it := range batch {
+				it.err, it.applied, it.replay = nil, false, false
+			}
+			return b.runOnce(ctx, sc, batch, epoch)
+		})
+	}
 	if err == nil {
 		var applied, replays int64
 		for _, it := range batch {
@@ -340,7 +343,7 @@ func batchContext(batch []*item) (context.Context, context.CancelFunc) {
 // RELEASE per record; each record's has a name of its own (Batch's limit of
 // 64 bounds the nesting). A failed record is rolled back to its savepoint
 // and its inbox row, claimed before the savepoint, deleted.
-func (b *batcher) runOnce(ctx context.Context, batch []*item, epoch int64) error {
+func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch int64) error {
 	s := b.s
 	live := make([]*item, 0, len(batch))
 	offs := make([]int64, 0, len(batch))
@@ -362,7 +365,7 @@ func (b *batcher) runOnce(ctx context.Context, batch []*item, epoch int64) error
 
 	pb := &pgx.Batch{}
 	pb.BeginTx(s.cfg.txOptions)
-	pb.Queue(s.sql.claimBatch, s.group, tp.Topic, tp.Partition, offs, keys, epoch)
+	pb.Queue(sc.sql.claimBatch, s.group, tp.Topic, tp.Partition, offs, keys, epoch)
 	br := s.pool.SendBatch(ctx, pb)
 	tx := br.Tx()
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
@@ -422,7 +425,7 @@ func (b *batcher) runOnce(ctx context.Context, batch []*item, epoch int64) error
 		case spEstablished:
 			ub.Queue("ROLLBACK TO SAVEPOINT " + etx.name)
 		}
-		ub.Queue(s.sql.unclaim, s.group, tp.Topic, tp.Partition, it.rec.Offset)
+		ub.Queue(sc.sql.unclaim, s.group, tp.Topic, tp.Partition, it.rec.Offset)
 		if err := tx.SendBatch(ctx, ub).Close(); err != nil {
 			if retryable(err) {
 				return err

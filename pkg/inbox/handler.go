@@ -74,8 +74,12 @@ func (s *Store) Handler(fn Effect) runner.Handler {
 		if !ok {
 			return fmt.Errorf("%w (record %s)", ErrNoLease, rec.String())
 		}
+		sc, err := s.resolve(ctx)
+		if err != nil {
+			return err
+		}
 		key := s.dedupKey(&rec)
-		return s.retry(ctx, func() error { return s.applyOne(ctx, fn, &rec, epoch, key) })
+		return s.retry(ctx, func() error { return s.applyOne(ctx, sc, fn, &rec, epoch, key) })
 	}
 }
 
@@ -132,10 +136,10 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // applyOne runs one record's transaction.
-func (s *Store) applyOne(ctx context.Context, fn Effect, rec *runner.Record, epoch int64, key *string) error {
+func (s *Store) applyOne(ctx context.Context, sc *schema, fn Effect, rec *runner.Record, epoch int64, key *string) error {
 	b := &pgx.Batch{}
 	b.BeginTx(s.cfg.txOptions)
-	b.Queue(s.sql.claim, s.group, rec.Topic, rec.Partition, rec.Offset, epoch, key)
+	b.Queue(sc.sql.claim, s.group, rec.Topic, rec.Partition, rec.Offset, epoch, key)
 	br := s.pool.SendBatch(ctx, b)
 	tx := br.Tx()
 	// After Commit this is a no-op; on every other path it ends the

@@ -31,9 +31,13 @@ import (
 // gets the partition back bumps again.
 func (s *Store) AssignHook() runner.AssignHook {
 	return func(ctx context.Context, as []runner.Assignment) ([]runner.Applied, error) {
+		sc, err := s.resolve(ctx)
+		if err != nil {
+			return nil, err
+		}
 		out := make([]runner.Applied, len(as))
 		for i, a := range as {
-			f, err := s.take(ctx, a)
+			f, err := s.take(ctx, sc, a)
 			if err != nil {
 				return nil, err
 			}
@@ -44,17 +48,17 @@ func (s *Store) AssignHook() runner.AssignHook {
 }
 
 // take takes one partition's lease and loads its applied offsets.
-func (s *Store) take(ctx context.Context, a runner.Assignment) (runner.Applied, error) {
+func (s *Store) take(ctx context.Context, sc *schema, a runner.Assignment) (runner.Applied, error) {
 	start := time.Now()
 	var epoch int64
-	err := s.pool.QueryRow(ctx, s.sql.bump, s.group, a.TP.Topic, a.TP.Partition, s.cfg.owner).Scan(&epoch)
+	err := s.pool.QueryRow(ctx, sc.sql.bump, s.group, a.TP.Topic, a.TP.Partition, s.cfg.owner).Scan(&epoch)
 	if err != nil {
-		return nil, s.hookError(ctx, a.TP, "taking the lease", err)
+		return nil, s.hookError(ctx, sc, a.TP, "taking the lease", err)
 	}
 	s.setEpoch(a.TP, epoch)
-	set, loaded, err := s.loadApplied(ctx, a)
+	set, loaded, err := s.loadApplied(ctx, sc, a)
 	if err != nil {
-		return nil, s.hookError(ctx, a.TP, "loading applied offsets", err)
+		return nil, s.hookError(ctx, sc, a.TP, "loading applied offsets", err)
 	}
 	s.countLease(ctx, loaded)
 	s.log.Info("partition lease taken", "partition", a.TP.String(), "epoch", epoch, "start", a.Start,
@@ -65,11 +69,11 @@ func (s *Store) take(ctx context.Context, a runner.Assignment) (runner.Applied, 
 	return set.contains, nil
 }
 
-func (s *Store) hookError(ctx context.Context, tp runner.TP, what string, err error) error {
-	if isCode(err, "42P01") { // undefined_table
-		v, verr := version(ctx, s.pool, s.n)
+func (s *Store) hookError(ctx context.Context, sc *schema, tp runner.TP, what string, err error) error {
+	if isCode(err, "42P01") || isCode(err, "42703") { // undefined_table, undefined_column
+		v, verr := version(ctx, s.pool, sc.n)
 		if verr == nil && v < SchemaVersion {
-			return fmt.Errorf("inbox: %s of %s: %w", what, tp, s.notMigrated(v))
+			return fmt.Errorf("inbox: %s of %s: %w", what, tp, notMigrated(sc.n, v))
 		}
 	}
 	return connError(what+" of "+tp.String(), err)
@@ -79,7 +83,7 @@ func (s *Store) hookError(ctx context.Context, tp runner.TP, what string, err er
 // those at or above the start offset when it is known, the newest ones
 // otherwise (franz-go learns the committed offset only from its first
 // fetch, after the assignment).
-func (s *Store) loadApplied(ctx context.Context, a runner.Assignment) (*offsetSet, int, error) {
+func (s *Store) loadApplied(ctx context.Context, sc *schema, a runner.Assignment) (*offsetSet, int, error) {
 	if s.cfg.replayLimit == 0 {
 		return &offsetSet{}, 0, nil
 	}
@@ -87,9 +91,9 @@ func (s *Store) loadApplied(ctx context.Context, a runner.Assignment) (*offsetSe
 	var err error
 	newest := a.Start < 0 // watermark.Unknown
 	if !newest {
-		rows, err = s.pool.Query(ctx, s.sql.appliedFrom, s.group, a.TP.Topic, a.TP.Partition, a.Start, s.cfg.replayLimit)
+		rows, err = s.pool.Query(ctx, sc.sql.appliedFrom, s.group, a.TP.Topic, a.TP.Partition, a.Start, s.cfg.replayLimit)
 	} else {
-		rows, err = s.pool.Query(ctx, s.sql.appliedNewest, s.group, a.TP.Topic, a.TP.Partition, s.cfg.replayLimit)
+		rows, err = s.pool.Query(ctx, sc.sql.appliedNewest, s.group, a.TP.Topic, a.TP.Partition, s.cfg.replayLimit)
 	}
 	if err != nil {
 		return nil, 0, err

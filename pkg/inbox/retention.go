@@ -29,17 +29,21 @@ type CommittedFunc func(ctx context.Context, tps []runner.TP) (map[runner.TP]int
 // Prune is for code that runs retention itself; RunRetention is the loop
 // most services want.
 func (s *Store) Prune(ctx context.Context, tp runner.TP, committed int64) (int64, error) {
-	return s.prune(ctx, s.pool, tp, committed)
+	sc, err := s.resolve(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.prune(ctx, sc, s.pool, tp, committed)
 }
 
-func (s *Store) prune(ctx context.Context, q querier, tp runner.TP, committed int64) (int64, error) {
+func (s *Store) prune(ctx context.Context, sc *schema, q querier, tp runner.TP, committed int64) (int64, error) {
 	bound := committed - s.cfg.retainRecords
 	if committed < 0 || bound <= 0 {
 		return 0, nil
 	}
 	var total int64
 	for {
-		tag, err := q.Exec(ctx, s.sql.prune, s.group, tp.Topic, tp.Partition, bound,
+		tag, err := q.Exec(ctx, sc.sql.prune, s.group, tp.Topic, tp.Partition, bound,
 			s.cfg.retainFor.Microseconds(), s.cfg.dedupWindow.Microseconds(), s.cfg.pruneBatch)
 		if err != nil {
 			s.countPruned(ctx, total)
@@ -91,12 +95,16 @@ func (s *Store) RunRetention(ctx context.Context, interval time.Duration, commit
 // retentionRound prunes every leased partition of the group if it gets the
 // group's retention lock; ran is false when another Store held it.
 func (s *Store) retentionRound(ctx context.Context, committed CommittedFunc) (pruned int64, ran bool, err error) {
+	sc, err := s.resolve(ctx)
+	if err != nil {
+		return 0, false, err
+	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return 0, false, connError("retention", err)
 	}
 	defer conn.Release()
-	key := lockKey("tidemark.inbox.retention", s.n.schema, s.group)
+	key := lockKey("tidemark.inbox.retention", sc.n.schema, s.group)
 	var got bool
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
 		return 0, false, connError("retention lock", err)
@@ -115,7 +123,7 @@ func (s *Store) retentionRound(ctx context.Context, committed CommittedFunc) (pr
 		}
 	}()
 
-	rows, err := conn.Query(ctx, s.sql.partitions, s.group)
+	rows, err := conn.Query(ctx, sc.sql.partitions, s.group)
 	if err != nil {
 		return 0, true, connError("retention: listing partitions", err)
 	}
@@ -139,7 +147,7 @@ func (s *Store) retentionRound(ctx context.Context, committed CommittedFunc) (pr
 		if !ok || off < 0 {
 			continue
 		}
-		n, err := s.prune(ctx, conn, tp, off)
+		n, err := s.prune(ctx, sc, conn, tp, off)
 		pruned += n
 		if err != nil {
 			return pruned, true, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -28,11 +29,15 @@ type Store struct {
 	pool  *pgxpool.Pool
 	group string
 	cfg   config
-	n     names
-	sql   statements
 	log   *slog.Logger
-	tel   *telemetry
-	stats counters
+
+	// schema holds the Store's schema-qualified names and statements once
+	// known: at New with the Schema option, else found on first use (see
+	// resolve) and kept, so that nothing a session does later — an effect
+	// running SET search_path on a pooled connection — moves the inbox.
+	schema atomic.Pointer[schema]
+	tel    *telemetry
+	stats  counters
 
 	// epochs maps each partition this member was assigned to the lease
 	// epoch it took. Assignments are rare and handlers read it per record,
@@ -66,10 +71,11 @@ func New(pool *pgxpool.Pool, group string, opts ...Option) (*Store, error) {
 		pool:  pool,
 		group: group,
 		cfg:   cfg,
-		n:     newNames(cfg.schema),
 		log:   cfg.logger.With("component", "tidemark.inbox", "group", group),
 	}
-	s.sql = newStatements(s.n)
+	if cfg.schema != "" {
+		s.schema.Store(newSchema(cfg.schema))
+	}
 	tel, err := newTelemetry(cfg.meterProvider, cfg.batch > 1)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: telemetry: %w", err)
@@ -95,9 +101,49 @@ func (s *Store) Group() string { return s.group }
 // Owner returns the name this Store writes in the lease table.
 func (s *Store) Owner() string { return s.cfg.owner }
 
+// schema is the schema a Store works in: the names of its objects and the
+// statements over them.
+type schema struct {
+	n   names
+	sql statements
+}
+
+func newSchema(name string) *schema {
+	n := newNames(name)
+	return &schema{n: n, sql: newStatements(n)}
+}
+
+// resolve returns the Store's schema. Without the Schema option the first
+// call finds the first existing schema of the search_path, as PostgreSQL
+// would for an unqualified name, and every later call returns that one.
+// New does not do it because New does no I/O; Check, Migrate, the assign
+// hook and retention call it first, so it is found before any effect runs.
+func (s *Store) resolve(ctx context.Context) (*schema, error) {
+	if sc := s.schema.Load(); sc != nil {
+		return sc, nil
+	}
+	var cur *string
+	if err := s.pool.QueryRow(ctx, "SELECT current_schema()").Scan(&cur); err != nil {
+		return nil, connError("finding the inbox's schema", err)
+	}
+	if cur == nil {
+		return nil, errNoSchema
+	}
+	// Two first calls at once both ask; they get the same answer, and the
+	// first one stored wins.
+	s.schema.CompareAndSwap(nil, newSchema(*cur))
+	return s.schema.Load(), nil
+}
+
+var errNoSchema = errors.New("inbox: no schema of the search_path exists; create one or pass Schema")
+
 // Migrate is the package's Migrate with the Store's Schema and Logger.
 func (s *Store) Migrate(ctx context.Context) error {
-	_, err := migrate(ctx, s.pool, s.n, s.cfg)
+	sc, err := s.resolve(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = migrate(ctx, s.pool, sc.n, s.cfg)
 	return err
 }
 
@@ -109,20 +155,24 @@ func (s *Store) Migrate(ctx context.Context) error {
 // migration is an error at start rather than an assign hook retried
 // forever.
 func (s *Store) Check(ctx context.Context) error {
-	v, err := version(ctx, s.pool, s.n)
+	sc, err := s.resolve(ctx)
+	if err != nil {
+		return err
+	}
+	v, err := version(ctx, s.pool, sc.n)
 	if err != nil {
 		return connError("check", err)
 	}
 	if v < SchemaVersion {
-		return s.notMigrated(v)
+		return notMigrated(sc.n, v)
 	}
 	return nil
 }
 
-func (s *Store) notMigrated(v int) error {
+func notMigrated(n names, v int) error {
 	where := "the search_path's schema"
-	if s.n.schema != "" {
-		where = "schema " + s.n.schema
+	if n.schema != "" {
+		where = "schema " + n.schema
 	}
 	return fmt.Errorf("%w: %s is at version %d, this build needs %d; run `tidemark inbox migrate --dsn …` or Store.Migrate",
 		ErrNotMigrated, where, v, SchemaVersion)
