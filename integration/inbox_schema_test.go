@@ -205,3 +205,70 @@ func TestInboxRetentionOneRoundPerGroup(t *testing.T) {
 	}
 	close(release)
 }
+
+// inboxHeldCommit runs rec through h on its own goroutine with an effect
+// that writes its row, signals inside, and returns only when release is
+// closed; it returns the channel of h's result.
+func inboxHeldCommit(ctx context.Context, s *inbox.Store, rec runner.Record, before func(ctx context.Context, tx pgx.Tx) error, inside chan<- struct{}, release <-chan struct{}) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Handler(func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
+			if before != nil {
+				if err := before(ctx, tx); err != nil {
+					return err
+				}
+			}
+			if err := inboxEffect("old")(ctx, tx, rec); err != nil {
+				return err
+			}
+			close(inside)
+			<-release
+			return nil
+		})(ctx, rec)
+	}()
+	return done
+}
+
+// TestInboxFenceWhateverTheSession: the fence holds whatever the old
+// owner's session does. Under session_replication_role = replica —
+// set for the whole session, or by the effect with SET LOCAL — ordinary
+// triggers do not fire; the fence still does, so an old owner whose
+// partition was taken while it ran its effect is fenced at commit.
+func TestInboxFenceWhateverTheSession(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		params map[string]string
+		before func(ctx context.Context, tx pgx.Tx) error
+	}{
+		{"session", map[string]string{"session_replication_role": "replica"}, nil},
+		{"effect", nil, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica")
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := inboxDB(t)
+			params := map[string]string{"search_path": pool.Config().ConnConfig.RuntimeParams["search_path"]}
+			for k, v := range tc.params {
+				params[k] = v
+			}
+			oldPool := inboxPoolOn(t, 2, params)
+			tp := runner.TP{Topic: "t", Partition: 0}
+			old := inboxStore(t, oldPool, "g", inbox.Owner("old"))
+			next := inboxStore(t, pool, "g", inbox.Owner("new"))
+			inboxTake(t, old, tp, -1)
+			inside, release := make(chan struct{}), make(chan struct{})
+			done := inboxHeldCommit(ctx, old, inboxRec("t", 0, 7), tc.before, inside, release)
+			<-inside
+			inboxTake(t, next, tp, -1)
+			close(release)
+			if err := <-done; !errors.Is(err, runner.ErrFenced) {
+				t.Fatalf("the old owner's commit after the bump: %v, want ErrFenced", err)
+			}
+			if n := inboxCount(t, pool, "SELECT count(*) FROM effects"); n != 0 {
+				t.Fatalf("%d effects committed by a fenced owner", n)
+			}
+		})
+	}
+}

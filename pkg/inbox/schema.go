@@ -121,11 +121,25 @@ CREATE CONSTRAINT TRIGGER ` + pgx.Identifier{inboxTable + "_fence"}.Sanitize() +
 	FOR EACH ROW EXECUTE FUNCTION ` + n.fence + `();
 `
 	},
-}}
+},
+
+	{
+		version:     2,
+		description: "a fence no session setting switches off",
+		sql: func(n names) string {
+			return `
+-- The fence fires whatever the session's session_replication_role: under
+-- "replica" (set by a session, or by an effect with SET LOCAL) an ordinary
+-- trigger does not, and an old owner would commit after the lease moved.
+ALTER TABLE ` + n.inbox + ` ENABLE ALWAYS TRIGGER ` + pgx.Identifier{inboxTable + "_fence"}.Sanitize() + `;
+`
+		},
+	},
+}
 
 // SchemaVersion is the schema version this build writes and needs: the
 // version of its last migration.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // ErrNotMigrated is returned, wrapped, by Check and by the assign hook when
 // the inbox's tables are missing or older than this build needs.
