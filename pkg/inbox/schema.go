@@ -19,6 +19,7 @@ const (
 	leaseTable      = "tidemark_lease"
 	migrationsTable = "tidemark_inbox_migrations"
 	fenceFunc       = "tidemark_inbox_fence"
+	leaseLockFunc   = "tidemark_lease_lock"
 )
 
 // fencedCode is the SQLSTATE the fence trigger raises when an inbox row is
@@ -47,13 +48,18 @@ func dollarQuote(body string) string {
 }
 
 func newNames(schema string) names {
-	q := func(name string) string {
-		if schema == "" {
-			return pgx.Identifier{name}.Sanitize()
-		}
-		return pgx.Identifier{schema, name}.Sanitize()
-	}
+	q := func(name string) string { return qualify(schema, name) }
 	return names{schema: schema, inbox: q(inboxTable), lease: q(leaseTable), migrations: q(migrationsTable), fence: q(fenceFunc)}
+}
+
+// q qualifies the name of an object of the inbox with the names' schema.
+func (n names) q(name string) string { return qualify(n.schema, name) }
+
+func qualify(schema, name string) string {
+	if schema == "" {
+		return pgx.Identifier{name}.Sanitize()
+	}
+	return pgx.Identifier{schema, name}.Sanitize()
 }
 
 // migration is one version of the schema. Migrations are only ever added,
@@ -125,9 +131,53 @@ CREATE CONSTRAINT TRIGGER ` + pgx.Identifier{inboxTable + "_fence"}.Sanitize() +
 
 	{
 		version:     2,
-		description: "a fence no session setting switches off",
+		description: "a fence no session setting switches off, with no row lock under read committed",
 		sql: func(n names) string {
 			return `
+-- The lease lock: every change of a lease's epoch — a bump by any build,
+-- or a reset — takes the partition's advisory lock for the rest of its
+-- transaction, whoever sends it.
+CREATE FUNCTION ` + n.q(leaseLockFunc) + `() RETURNS trigger LANGUAGE plpgsql AS ` + dollarQuote(`
+BEGIN
+	PERFORM pg_advisory_xact_lock(`+leaseKeySQL+`);
+	RETURN NEW;
+END
+`) + `;
+CREATE TRIGGER ` + pgx.Identifier{leaseLockFunc}.Sanitize() + ` BEFORE INSERT OR UPDATE OF epoch ON ` + n.lease + `
+	FOR EACH ROW EXECUTE FUNCTION ` + n.q(leaseLockFunc) + `();
+ALTER TABLE ` + n.lease + ` ENABLE ALWAYS TRIGGER ` + pgx.Identifier{leaseLockFunc}.Sanitize() + `;
+
+-- The fence. Under READ COMMITTED it holds the partition's advisory lock
+-- shared, rather than the lease row FOR SHARE: the two exclude a bump the
+-- same way, but every share lock two transactions hold on one row at once
+-- costs a multixact id, which sends the table into anti-wraparound vacuums
+-- under load, and an advisory lock costs none. The SELECT after the lock
+-- takes a new snapshot (READ COMMITTED), so it sees a bump that committed
+-- while the fence waited for it. REPEATABLE READ and SERIALIZABLE read the
+-- transaction's snapshot, which may be older than a committed bump; the
+-- row lock makes such a read fail with a serialization error instead.
+CREATE OR REPLACE FUNCTION ` + n.fence + `() RETURNS trigger LANGUAGE plpgsql AS ` + dollarQuote(`
+DECLARE
+	current bigint;
+BEGIN
+	IF current_setting('transaction_isolation') = 'read committed' THEN
+		PERFORM pg_advisory_xact_lock_shared(`+leaseKeySQL+`);
+		SELECT l.epoch INTO current FROM `+n.lease+` l
+		 WHERE l.group_id = NEW.group_id AND l.topic = NEW.topic AND l.partition = NEW.partition;
+	ELSE
+		SELECT l.epoch INTO current FROM `+n.lease+` l
+		 WHERE l.group_id = NEW.group_id AND l.topic = NEW.topic AND l.partition = NEW.partition
+		   FOR SHARE;
+	END IF;
+	IF current IS DISTINCT FROM NEW.epoch THEN
+		RAISE EXCEPTION USING ERRCODE = '`+fencedCode+`',
+			MESSAGE = format('tidemark inbox: fenced: %s/%s@%s was applied under lease epoch %s, the partition''s lease is at epoch %s',
+				NEW.topic, NEW.partition, NEW."offset", NEW.epoch, coalesce(current::text, 'none'));
+	END IF;
+	RETURN NULL;
+END
+`) + `;
+
 -- The fence fires whatever the session's session_replication_role: under
 -- "replica" (set by a session, or by an effect with SET LOCAL) an ordinary
 -- trigger does not, and an old owner would commit after the lease moved.
@@ -136,6 +186,12 @@ ALTER TABLE ` + n.inbox + ` ENABLE ALWAYS TRIGGER ` + pgx.Identifier{inboxTable 
 		},
 	},
 }
+
+// leaseKeySQL is the advisory lock key of NEW's partition, in the fence and
+// the lease lock alike. Two partitions whose keys collide share a lock:
+// their bumps and commits wait for each other, which costs time, never
+// correctness.
+const leaseKeySQL = `hashtextextended(NEW.group_id || '/' || NEW.topic || '/' || NEW.partition::text, 7468)`
 
 // SchemaVersion is the schema version this build writes and needs: the
 // version of its last migration.
