@@ -272,3 +272,128 @@ func TestInboxFenceWhateverTheSession(t *testing.T) {
 		})
 	}
 }
+
+// inboxSchemaV1 is schema version 1 as the first release created it, and
+// the statements its builds send, for the upgrade test.
+const (
+	inboxSchemaV1 = `
+CREATE TABLE tidemark_inbox_migrations (version integer PRIMARY KEY, description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());
+INSERT INTO tidemark_inbox_migrations (version, description) VALUES (1, 'inbox rows, partition leases, the commit-time fence');
+CREATE TABLE tidemark_lease (
+	group_id text NOT NULL, topic text NOT NULL, partition integer NOT NULL, epoch bigint NOT NULL,
+	owner text NOT NULL, acquired_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (group_id, topic, partition));
+CREATE TABLE tidemark_inbox (
+	group_id text NOT NULL, topic text NOT NULL, partition integer NOT NULL, "offset" bigint NOT NULL,
+	epoch bigint NOT NULL, dedup_key text, applied_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (group_id, topic, partition, "offset"));
+CREATE UNIQUE INDEX tidemark_inbox_dedup ON tidemark_inbox (group_id, dedup_key) WHERE dedup_key IS NOT NULL;
+CREATE FUNCTION tidemark_inbox_fence() RETURNS trigger LANGUAGE plpgsql AS $fence$
+DECLARE
+	current bigint;
+BEGIN
+	SELECT l.epoch INTO current FROM tidemark_lease l
+	 WHERE l.group_id = NEW.group_id AND l.topic = NEW.topic AND l.partition = NEW.partition
+	   FOR SHARE;
+	IF current IS DISTINCT FROM NEW.epoch THEN
+		RAISE EXCEPTION USING ERRCODE = 'TM001', MESSAGE = 'fenced';
+	END IF;
+	RETURN NULL;
+END
+$fence$;
+CREATE CONSTRAINT TRIGGER tidemark_inbox_fence AFTER INSERT ON tidemark_inbox
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION tidemark_inbox_fence();`
+	inboxV1Bump = `INSERT INTO tidemark_lease AS l (group_id, topic, partition, epoch, owner, acquired_at)
+VALUES ($1, $2, $3, 1, $4, now())
+ON CONFLICT (group_id, topic, partition) DO UPDATE
+	SET epoch = l.epoch + 1, owner = EXCLUDED.owner, acquired_at = now()
+RETURNING epoch`
+	inboxV1Claim = `WITH lease AS (
+	SELECT epoch FROM tidemark_lease WHERE group_id = $1 AND topic = $2 AND partition = $3
+), claimed AS (
+	INSERT INTO tidemark_inbox (group_id, topic, partition, "offset", epoch, dedup_key)
+	SELECT $1, $2, $3, $4::bigint, lease.epoch, $6::text FROM lease WHERE lease.epoch = $5::bigint
+	ON CONFLICT DO NOTHING
+	RETURNING 1
+)
+SELECT (SELECT epoch FROM lease), EXISTS (SELECT FROM claimed)`
+)
+
+// inboxV1Apply applies a record as a build of version 1 does, and returns
+// whether its row went in.
+func inboxV1Apply(t *testing.T, pool *pgxpool.Pool, epoch, offset int64, key string) bool {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var cur *int64
+	var claimed bool
+	if err := tx.QueryRow(ctx, inboxV1Claim, "g", "t", 0, offset, epoch, key).Scan(&cur, &claimed); err != nil {
+		t.Fatalf("version 1 claim of offset %d: %v", offset, err)
+	}
+	if !claimed {
+		return false
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("version 1 commit of offset %d: %v", offset, err)
+	}
+	return true
+}
+
+// TestInboxUpgradeFromVersion1: a database migrated and used by a build of
+// version 1 migrates to this version with its rows, and during the rolling
+// upgrade the two builds' dedup keys find each other: a key a version 1
+// build wrote before or after the migration is a replay for this build,
+// and one this build wrote is one for a version 1 build. A version 1
+// build's bump still fences this build's old owner.
+func TestInboxUpgradeFromVersion1(t *testing.T) {
+	ctx := context.Background()
+	pool := bed.PG(t)
+	if _, err := pool.Exec(ctx, inboxSchemaV1+"\n"+inboxEffectsDDL); err != nil {
+		t.Fatal(err)
+	}
+	var epoch int64
+	if err := pool.QueryRow(ctx, inboxV1Bump, "g", "t", 0, "v1").Scan(&epoch); err != nil {
+		t.Fatal(err)
+	}
+	if !inboxV1Apply(t, pool, epoch, 1, "m-before") {
+		t.Fatal("version 1 could not apply its record")
+	}
+	if err := inbox.Migrate(ctx, pool, inbox.Logger(quietLogger())); err != nil {
+		t.Fatalf("Migrate from version 1: %v", err)
+	}
+	if !inboxV1Apply(t, pool, epoch, 2, "m-during") {
+		t.Fatal("version 1 could not apply a record after the migration")
+	}
+
+	s := inboxStore(t, pool, "g", inbox.DedupHeader("message-id"))
+	inboxTake(t, s, runner.TP{Topic: "t", Partition: 0}, -1)
+	h := s.Handler(inboxEffect("v2"))
+	for i, id := range []string{"m-before", "m-during", "m-new"} {
+		r := inboxRec("t", 0, int64(10+i))
+		r.Headers = []runner.Header{{Key: "message-id", Value: []byte(id)}}
+		if err := h(ctx, r); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+	}
+	if n := inboxCount(t, pool, "SELECT count(*) FROM effects"); n != 1 {
+		t.Fatalf("%d effects, want 1 (m-new; the keys version 1 wrote are replays)", n)
+	}
+	if st := s.Stats(); st.Replays != 2 {
+		t.Fatalf("%d replays, want 2", st.Replays)
+	}
+	// A version 1 build meets this build's key.
+	var v1Epoch int64
+	if err := pool.QueryRow(ctx, inboxV1Bump, "g", "t", 0, "v1").Scan(&v1Epoch); err != nil {
+		t.Fatal(err)
+	}
+	if inboxV1Apply(t, pool, v1Epoch, 20, "m-new") {
+		t.Fatal("version 1 applied a key this build had applied")
+	}
+	// That bump fenced this build.
+	if err := h(ctx, inboxRec("t", 0, 21)); !errors.Is(err, runner.ErrFenced) {
+		t.Fatalf("this build after version 1's bump: %v, want ErrFenced", err)
+	}
+}

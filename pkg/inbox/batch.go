@@ -347,7 +347,7 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 	s := b.s
 	live := make([]*item, 0, len(batch))
 	offs := make([]int64, 0, len(batch))
-	keys := make([]*string, 0, len(batch))
+	keys := make([][]byte, 0, len(batch))
 	for _, it := range batch {
 		if err := it.ctx.Err(); err != nil {
 			it.err = err
@@ -355,7 +355,7 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 		}
 		live = append(live, it)
 		offs = append(offs, it.rec.Offset)
-		keys = append(keys, it.key)
+		keys = append(keys, keyDigest(it.key))
 	}
 	if len(live) == 0 {
 		return nil

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -83,8 +84,7 @@ func (s *Store) Handler(fn Effect) runner.Handler {
 	}
 }
 
-// dedupKey returns the record's business key for the dedup_key column, nil
-// when it has none.
+// dedupKey returns the record's business key, nil when it has none.
 func (s *Store) dedupKey(rec *runner.Record) *string {
 	if s.cfg.dedup == nil {
 		return nil
@@ -94,6 +94,16 @@ func (s *Store) dedupKey(rec *runner.Record) *string {
 		return nil
 	}
 	return &k
+}
+
+// keyDigest is what the inbox stores of a dedup key: its SHA-256, so that a
+// key can be any bytes of any length; nil (NULL) for no key.
+func keyDigest(key *string) []byte {
+	if key == nil {
+		return nil
+	}
+	d := sha256.Sum256([]byte(*key))
+	return d[:]
 }
 
 // retry runs attempt until it returns something other than a serialization
@@ -139,7 +149,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (s *Store) applyOne(ctx context.Context, sc *schema, fn Effect, rec *runner.Record, epoch int64, key *string) error {
 	b := &pgx.Batch{}
 	b.BeginTx(s.cfg.txOptions)
-	b.Queue(sc.sql.claim, s.group, rec.Topic, rec.Partition, rec.Offset, epoch, key)
+	b.Queue(sc.sql.claim, s.group, rec.Topic, rec.Partition, rec.Offset, epoch, keyDigest(key))
 	br := s.pool.SendBatch(ctx, b)
 	tx := br.Tx()
 	// After Commit this is a no-op; on every other path it ends the

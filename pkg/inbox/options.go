@@ -84,12 +84,15 @@ func Owner(id string) Option {
 }
 
 // DedupKey gives records a business key (an order id, a message id) in
-// addition to their offset: a second record with the same key, at any
-// offset of any partition of the group, is treated as a replay — its
-// effect is not run and it counts as a replay. f returns the key and
-// whether the record has one; records without a key are deduplicated by
-// offset only. Keys are kept for DedupWindow. f is called from worker
-// goroutines and must be safe for concurrent use. Default none.
+// addition to their offset: a second record of the same topic with the
+// same key, at any offset of any of its partitions, is treated as a replay
+// — its effect is not run and it counts as a replay. Keys are scoped to
+// their topic: the same key on two topics the Store handles (an order and
+// its refund) is two events, and both are applied. A key is any bytes of
+// any length (the inbox keeps its SHA-256). f returns the key and whether
+// the record has one; records without a key are deduplicated by offset
+// only. Keys are kept for DedupWindow. f is called from worker goroutines
+// and must be safe for concurrent use. Default none.
 func DedupKey(f func(rec *runner.Record) (key string, ok bool)) Option {
 	return func(c *config) {
 		if f == nil {
@@ -100,8 +103,9 @@ func DedupKey(f func(rec *runner.Record) (key string, ok bool)) Option {
 }
 
 // DedupHeader is DedupKey with the value of the record's last header named
-// name (for example "message-id"); a record without it, or with an empty
-// value, has no key.
+// name (for example "message-id"), whatever its bytes; a record without
+// it, or with an empty value, has no key. Keys are per topic (see
+// DedupKey).
 func DedupHeader(name string) Option {
 	if name == "" {
 		return func(c *config) {

@@ -20,6 +20,7 @@ const (
 	migrationsTable = "tidemark_inbox_migrations"
 	fenceFunc       = "tidemark_inbox_fence"
 	leaseLockFunc   = "tidemark_lease_lock"
+	dedupCompatFunc = "tidemark_inbox_dedup_compat"
 )
 
 // fencedCode is the SQLSTATE the fence trigger raises when an inbox row is
@@ -131,9 +132,35 @@ CREATE CONSTRAINT TRIGGER ` + pgx.Identifier{inboxTable + "_fence"}.Sanitize() +
 
 	{
 		version:     2,
-		description: "a fence no session setting switches off, with no row lock under read committed",
+		description: "a fence no session setting switches off, with no row lock under read committed; dedup keys of any bytes, per topic",
 		sql: func(n names) string {
 			return `
+-- Dedup keys are any bytes: the table keeps their SHA-256 (dedup_hash),
+-- unique per topic, instead of the key as text (which refused keys that
+-- are not UTF-8 or hold a NUL, and long ones: a btree row holds at most
+-- about 2.7 kB). dedup_key keeps the digest in hex, so that a build of
+-- version 1 running retention during a rolling upgrade still sees the row
+-- as keyed. Rows of version 1 get the digest of their key; a build of
+-- version 1 inserting a key gets it from the trigger below, so both builds
+-- find each other's keys.
+ALTER TABLE ` + n.inbox + ` ADD COLUMN dedup_hash bytea;
+COMMENT ON COLUMN ` + n.inbox + `.dedup_hash IS 'tidemark: SHA-256 of the record''s dedup key (DedupKey), unique per group and topic';
+COMMENT ON COLUMN ` + n.inbox + `.dedup_key IS 'tidemark: the dedup key''s SHA-256 in hex (version 1: the key itself)';
+UPDATE ` + n.inbox + ` SET dedup_hash = sha256(convert_to(dedup_key, 'UTF8')) WHERE dedup_key IS NOT NULL;
+DROP INDEX ` + n.q(inboxTable+"_dedup") + `;
+CREATE UNIQUE INDEX ` + pgx.Identifier{inboxTable + "_dedup_hash"}.Sanitize() + ` ON ` + n.inbox + ` (group_id, topic, dedup_hash)
+	WHERE dedup_hash IS NOT NULL;
+CREATE FUNCTION ` + n.q(dedupCompatFunc) + `() RETURNS trigger LANGUAGE plpgsql AS ` + dollarQuote(`
+BEGIN
+	NEW.dedup_hash := sha256(convert_to(NEW.dedup_key, 'UTF8'));
+	RETURN NEW;
+END
+`) + `;
+CREATE TRIGGER ` + pgx.Identifier{dedupCompatFunc}.Sanitize() + ` BEFORE INSERT ON ` + n.inbox + `
+	FOR EACH ROW WHEN (NEW.dedup_hash IS NULL AND NEW.dedup_key IS NOT NULL)
+	EXECUTE FUNCTION ` + n.q(dedupCompatFunc) + `();
+ALTER TABLE ` + n.inbox + ` ENABLE ALWAYS TRIGGER ` + pgx.Identifier{dedupCompatFunc}.Sanitize() + `;
+
 -- The lease lock: every change of a lease's epoch — a bump by any build,
 -- or a reset — takes the partition's advisory lock for the rest of its
 -- transaction, whoever sends it.

@@ -5,7 +5,7 @@ package inbox
 type statements struct {
 	// claim inserts a record's inbox row if the lease is still at the
 	// member's epoch. Arguments: group, topic, partition, offset, epoch,
-	// dedup key (nullable). It returns the lease's epoch (NULL when the
+	// dedup key digest (nullable bytea). It returns the lease's epoch (NULL when the
 	// partition has no lease) and whether the row was inserted. One round
 	// trip tells the three outcomes apart: fenced (epoch differs), replay
 	// (not inserted), or claimed. The insert waits for a concurrent
@@ -13,8 +13,8 @@ type statements struct {
 	// record) and then reports a replay if that one committed.
 	claim string
 	// claimBatch is claim for the records of one batch at once. Arguments:
-	// group, topic, partition, offsets, dedup keys (parallel, nullable),
-	// epoch. It returns the lease's epoch and the offsets it inserted.
+	// group, topic, partition, offsets, dedup key digests (parallel,
+	// nullable), epoch. It returns the lease's epoch and the offsets it inserted.
 	claimBatch string
 	// unclaim deletes a record's inbox row when its effect failed inside a
 	// batch. Arguments: group, topic, partition, offset.
@@ -42,8 +42,8 @@ func newStatements(n names) statements {
 		claim: `WITH lease AS (
 	SELECT epoch FROM ` + n.lease + ` WHERE group_id = $1 AND topic = $2 AND partition = $3
 ), claimed AS (
-	INSERT INTO ` + n.inbox + ` (group_id, topic, partition, "offset", epoch, dedup_key)
-	SELECT $1, $2, $3, $4::bigint, lease.epoch, $6::text FROM lease WHERE lease.epoch = $5::bigint
+	INSERT INTO ` + n.inbox + ` (group_id, topic, partition, "offset", epoch, dedup_key, dedup_hash)
+	SELECT $1, $2, $3, $4::bigint, lease.epoch, encode($6::bytea, 'hex'), $6::bytea FROM lease WHERE lease.epoch = $5::bigint
 	ON CONFLICT DO NOTHING
 	RETURNING 1
 )
@@ -52,9 +52,9 @@ SELECT (SELECT epoch FROM lease), EXISTS (SELECT FROM claimed)`,
 		claimBatch: `WITH lease AS (
 	SELECT epoch FROM ` + n.lease + ` WHERE group_id = $1 AND topic = $2 AND partition = $3
 ), claimed AS (
-	INSERT INTO ` + n.inbox + ` (group_id, topic, partition, "offset", epoch, dedup_key)
-	SELECT $1, $2, $3, r.off, lease.epoch, r.key
-	FROM lease, unnest($4::bigint[], $5::text[]) AS r(off, key)
+	INSERT INTO ` + n.inbox + ` (group_id, topic, partition, "offset", epoch, dedup_key, dedup_hash)
+	SELECT $1, $2, $3, r.off, lease.epoch, encode(r.h, 'hex'), r.h
+	FROM lease, unnest($4::bigint[], $5::bytea[]) AS r(off, h)
 	WHERE lease.epoch = $6::bigint
 	ON CONFLICT DO NOTHING
 	RETURNING "offset"
@@ -83,7 +83,7 @@ ORDER BY "offset" DESC LIMIT $4`,
 	SELECT ctid FROM ` + n.inbox + `
 	WHERE group_id = $1 AND topic = $2 AND partition = $3 AND "offset" < $4
 	  AND ($5::bigint = 0 OR applied_at < now() - $5::bigint * interval '1 microsecond')
-	  AND (dedup_key IS NULL OR applied_at < now() - $6::bigint * interval '1 microsecond')
+	  AND (dedup_hash IS NULL OR applied_at < now() - $6::bigint * interval '1 microsecond')
 	ORDER BY "offset"
 	LIMIT $7
 ))`,
