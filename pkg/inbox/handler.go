@@ -187,6 +187,12 @@ func (s *Store) applyOne(ctx context.Context, sc *schema, fn Effect, rec *runner
 		return fmt.Errorf("inbox: effect of %s: %w", rec.String(), err)
 	}
 	if err := tx.Commit(ctx); err != nil {
+		if isCode(err, belowMarkCode) {
+			// Retention pruned the record's row while this transaction
+			// claimed it again: a replay, rolled back.
+			s.countReplays(ctx, 1)
+			return nil
+		}
 		return s.commitError(ctx, rec.String(), epoch, err)
 	}
 	s.countApplied(ctx, 1)
@@ -199,6 +205,10 @@ func (s *Store) commitError(ctx context.Context, what string, epoch int64, err e
 	case fencedByTrigger(err):
 		s.countFenced(ctx)
 		return &FencedError{Record: what, Epoch: epoch, Cause: err}
+	case isCode(err, belowMarkCode):
+		// Only a batch can get here (applyOne takes it as a replay): run
+		// the batch again, and its claim finds the record below the mark.
+		return err
 	case retryable(err):
 		return err
 	case errors.Is(err, pgx.ErrTxCommitRollback):

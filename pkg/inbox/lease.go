@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,8 +51,8 @@ func (s *Store) AssignHook() runner.AssignHook {
 // take takes one partition's lease and loads its applied offsets.
 func (s *Store) take(ctx context.Context, sc *schema, a runner.Assignment) (runner.Applied, error) {
 	start := time.Now()
-	var epoch int64
-	err := s.pool.QueryRow(ctx, sc.sql.bump, s.group, a.TP.Topic, a.TP.Partition, s.cfg.owner).Scan(&epoch)
+	var epoch, below int64
+	err := s.pool.QueryRow(ctx, sc.sql.bump, s.group, a.TP.Topic, a.TP.Partition, s.cfg.owner).Scan(&epoch, &below)
 	if err != nil {
 		return nil, s.hookError(ctx, sc, a.TP, "taking the lease", err)
 	}
@@ -62,11 +63,34 @@ func (s *Store) take(ctx context.Context, sc *schema, a runner.Assignment) (runn
 	}
 	s.countLease(ctx, loaded)
 	s.log.Info("partition lease taken", "partition", a.TP.String(), "epoch", epoch, "start", a.Start,
-		"applied_loaded", loaded, "applied_runs", set.runs(), "took", time.Since(start))
-	if loaded == 0 {
-		return nil, nil
+		"applied_loaded", loaded, "applied_runs", set.runs(), "applied_below", below, "took", time.Since(start))
+	return s.filter(a.TP, set, loaded, below), nil
+}
+
+// filter is the runner's Applied filter of one assignment: the loaded
+// applied offsets, and every offset below the partition's applied mark
+// (retention pruned their rows). The first record below the mark is
+// logged: it means the group went back before what retention kept — its
+// committed offsets were deleted or expired, or reset — and its records
+// below the mark are skipped as replays, not applied again.
+func (s *Store) filter(tp runner.TP, set *offsetSet, loaded int, below int64) runner.Applied {
+	if below <= 0 {
+		if loaded == 0 {
+			return nil
+		}
+		return set.contains
 	}
-	return set.contains, nil
+	var once sync.Once
+	return func(off int64) bool {
+		if off >= below {
+			return set.contains(off)
+		}
+		once.Do(func() {
+			s.log.Warn("records below the partition's applied mark are skipped as replays: retention pruned their inbox rows after the group consumed them; the group's committed offsets were deleted, expired or reset",
+				"partition", tp.String(), "first", off, "applied_below", below)
+		})
+		return true
+	}
 }
 
 func (s *Store) hookError(ctx context.Context, sc *schema, tp runner.TP, what string, err error) error {

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,14 +18,28 @@ import (
 // kadm.Client.FetchOffsets call (docs/inbox.md has one).
 type CommittedFunc func(ctx context.Context, tps []runner.TP) (map[runner.TP]int64, error)
 
-// Prune deletes tp's inbox rows that no replay can need any more: offsets
-// below committed-RetainRecords, and, when RetainFor is set, only rows
-// older than it. Rows with a dedup key must also be older than DedupWindow.
+// Prune deletes tp's inbox rows that no replay can need any more, and
+// remembers that it did: it raises the partition's applied low-water mark
+// in the same transaction as each DELETE, and a record below the mark is a
+// replay whether or not its row is still there (its effect is not run; the
+// runner counts it as replay-skipped, or the inbox as a replay). So
+// records are never applied twice because their rows were pruned — also
+// when the group's committed offsets are deleted or expire
+// (offsets.retention.minutes) and the group starts again from the earliest
+// offset.
+//
+// Rows without a dedup key go from the mark up to below
+// committed-RetainRecords; with RetainFor, the mark stops at the first row
+// younger than that. Rows with a dedup key stay until they are older than
+// DedupWindow (they catch the same key at other offsets), then go too.
 // committed is the group's committed offset for tp, as the broker
-// acknowledged it; pass nothing larger. Rows go in DELETEs of at most
-// PruneBatch rows, each its own short transaction, so Prune never holds many
-// locks and can be stopped between batches through ctx. It returns how many
-// rows it deleted, also when it fails part way.
+// acknowledged it; pass nothing larger: every offset below the mark must
+// have been consumed. A partition without a lease (no member ever took it)
+// is not pruned. Rows go in DELETEs of at most PruneBatch rows, each its
+// own short transaction, so Prune never holds many locks and can be
+// stopped between batches through ctx; each reads only the rows it deletes
+// and those it passes, so a round with nothing to delete costs nothing. It
+// returns how many rows it deleted, also when it fails part way.
 //
 // Prune is for code that runs retention itself; RunRetention is the loop
 // most services want.
@@ -33,26 +48,41 @@ func (s *Store) Prune(ctx context.Context, tp runner.TP, committed int64) (int64
 	if err != nil {
 		return 0, err
 	}
-	return s.prune(ctx, sc, s.pool, tp, committed)
+	return s.prune(ctx, sc, tp, committed)
 }
 
-func (s *Store) prune(ctx context.Context, sc *schema, q querier, tp runner.TP, committed int64) (int64, error) {
+func (s *Store) prune(ctx context.Context, sc *schema, tp runner.TP, committed int64) (int64, error) {
 	bound := committed - s.cfg.retainRecords
 	if committed < 0 || bound <= 0 {
 		return 0, nil
 	}
 	var total int64
+	defer func() { s.countPruned(ctx, total) }()
 	for {
-		tag, err := q.Exec(ctx, sc.sql.prune, s.group, tp.Topic, tp.Partition, bound,
-			s.cfg.retainFor.Microseconds(), s.cfg.dedupWindow.Microseconds(), s.cfg.pruneBatch)
+		var deleted, scanned, mark int64
+		err := s.pool.QueryRow(ctx, sc.sql.prune, s.group, tp.Topic, tp.Partition, bound,
+			s.cfg.retainFor.Microseconds(), s.cfg.pruneBatch).Scan(&deleted, &scanned, &mark)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return total, nil // no lease
+		}
 		if err != nil {
-			s.countPruned(ctx, total)
 			return total, connError("pruning "+tp.String(), err)
 		}
-		n := tag.RowsAffected()
-		total += n
-		if n < int64(s.cfg.pruneBatch) {
-			s.countPruned(ctx, total)
+		total += deleted
+		// Done when the scan reached the bound, or stopped at a row
+		// RetainFor keeps.
+		if scanned < int64(s.cfg.pruneBatch) || deleted < scanned {
+			break
+		}
+	}
+	for {
+		tag, err := s.pool.Exec(ctx, sc.sql.pruneKeys, s.group, tp.Topic, tp.Partition,
+			s.cfg.dedupWindow.Microseconds(), s.cfg.pruneBatch)
+		if err != nil {
+			return total, connError("pruning expired dedup keys of "+tp.String(), err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(s.cfg.pruneBatch) {
 			return total, nil
 		}
 	}
@@ -147,7 +177,7 @@ func (s *Store) retentionRound(ctx context.Context, committed CommittedFunc) (pr
 		if !ok || off < 0 {
 			continue
 		}
-		n, err := s.prune(ctx, sc, conn, tp, off)
+		n, err := s.prune(ctx, sc, tp, off)
 		pruned += n
 		if err != nil {
 			return pruned, true, err

@@ -27,6 +27,12 @@ const (
 // committed under a lease epoch that is no longer the partition's.
 const fencedCode = "TM001"
 
+// belowMarkCode is the SQLSTATE the fence trigger raises when an inbox row
+// is committed below its partition's applied low-water mark: retention
+// deleted the offset's row after the claim looked, so the record is a
+// replay.
+const belowMarkCode = "TM002"
+
 // names are the SQL names of the inbox's objects, schema-qualified when a
 // Schema was given.
 type names struct {
@@ -132,9 +138,18 @@ CREATE CONSTRAINT TRIGGER ` + pgx.Identifier{inboxTable + "_fence"}.Sanitize() +
 
 	{
 		version:     2,
-		description: "a fence no session setting switches off, with no row lock under read committed; dedup keys of any bytes, per topic",
+		description: "a fence no session setting switches off, with no row lock under read committed; dedup keys of any bytes, per topic; the applied low-water mark",
 		sql: func(n names) string {
 			return `
+-- The applied low-water mark: every offset of the partition below it was
+-- consumed by the group (its effect applied, or the record dead-lettered
+-- or skipped), whether or not its inbox row is still there. Retention
+-- raises it in the transaction that deletes the rows below it, so a
+-- record below it is a replay even after its row is gone and the group's
+-- committed offsets with it.
+ALTER TABLE ` + n.lease + ` ADD COLUMN applied_below bigint NOT NULL DEFAULT 0;
+COMMENT ON COLUMN ` + n.lease + `.applied_below IS 'tidemark: every offset below it was consumed by the group; raised by retention with the rows it deletes';
+
 -- Dedup keys are any bytes: the table keeps their SHA-256 (dedup_hash),
 -- unique per topic, instead of the key as text (which refused keys that
 -- are not UTF-8 or hold a NUL, and long ones: a btree row holds at most
@@ -160,6 +175,9 @@ CREATE TRIGGER ` + pgx.Identifier{dedupCompatFunc}.Sanitize() + ` BEFORE INSERT 
 	FOR EACH ROW WHEN (NEW.dedup_hash IS NULL AND NEW.dedup_key IS NOT NULL)
 	EXECUTE FUNCTION ` + n.q(dedupCompatFunc) + `();
 ALTER TABLE ` + n.inbox + ` ENABLE ALWAYS TRIGGER ` + pgx.Identifier{dedupCompatFunc}.Sanitize() + `;
+-- Retention expires dedup keys by age, without reading the unexpired ones.
+CREATE INDEX ` + pgx.Identifier{inboxTable + "_dedup_expiry"}.Sanitize() + ` ON ` + n.inbox + ` (group_id, topic, partition, applied_at)
+	WHERE dedup_hash IS NOT NULL;
 
 -- The lease lock: every change of a lease's epoch — a bump by any build,
 -- or a reset — takes the partition's advisory lock for the rest of its
@@ -186,13 +204,14 @@ ALTER TABLE ` + n.lease + ` ENABLE ALWAYS TRIGGER ` + pgx.Identifier{leaseLockFu
 CREATE OR REPLACE FUNCTION ` + n.fence + `() RETURNS trigger LANGUAGE plpgsql AS ` + dollarQuote(`
 DECLARE
 	current bigint;
+	below   bigint;
 BEGIN
 	IF current_setting('transaction_isolation') = 'read committed' THEN
 		PERFORM pg_advisory_xact_lock_shared(`+leaseKeySQL+`);
-		SELECT l.epoch INTO current FROM `+n.lease+` l
+		SELECT l.epoch, l.applied_below INTO current, below FROM `+n.lease+` l
 		 WHERE l.group_id = NEW.group_id AND l.topic = NEW.topic AND l.partition = NEW.partition;
 	ELSE
-		SELECT l.epoch INTO current FROM `+n.lease+` l
+		SELECT l.epoch, l.applied_below INTO current, below FROM `+n.lease+` l
 		 WHERE l.group_id = NEW.group_id AND l.topic = NEW.topic AND l.partition = NEW.partition
 		   FOR SHARE;
 	END IF;
@@ -200,6 +219,14 @@ BEGIN
 		RAISE EXCEPTION USING ERRCODE = '`+fencedCode+`',
 			MESSAGE = format('tidemark inbox: fenced: %s/%s@%s was applied under lease epoch %s, the partition''s lease is at epoch %s',
 				NEW.topic, NEW.partition, NEW."offset", NEW.epoch, coalesce(current::text, 'none'));
+	END IF;
+	-- Retention deleted this offset's row and raised the mark after the
+	-- claim looked (the claim waited for the delete, then found no row):
+	-- the record is a replay.
+	IF NEW."offset" < below THEN
+		RAISE EXCEPTION USING ERRCODE = '`+belowMarkCode+`',
+			MESSAGE = format('tidemark inbox: replay: %s/%s@%s is below the partition''s applied mark %s',
+				NEW.topic, NEW.partition, NEW."offset", below);
 	END IF;
 	RETURN NULL;
 END

@@ -4,11 +4,13 @@ package inbox
 // names. pgx prepares each on first use per connection and reuses it.
 type statements struct {
 	// claim inserts a record's inbox row if the lease is still at the
-	// member's epoch. Arguments: group, topic, partition, offset, epoch,
-	// dedup key digest (nullable bytea). It returns the lease's epoch (NULL when the
+	// member's epoch and the offset is not below the partition's applied
+	// mark. Arguments: group, topic, partition, offset, epoch, dedup key
+	// digest (nullable bytea). It returns the lease's epoch (NULL when the
 	// partition has no lease) and whether the row was inserted. One round
 	// trip tells the three outcomes apart: fenced (epoch differs), replay
-	// (not inserted), or claimed. The insert waits for a concurrent
+	// (not inserted: the row or the key exists, or the offset is below the
+	// mark), or claimed. The insert waits for a concurrent
 	// transaction holding the same row (an old owner still running the
 	// record) and then reports a replay if that one committed.
 	claim string
@@ -31,31 +33,45 @@ type statements struct {
 	appliedNewest string
 	// partitions lists the partitions that have a lease in the group.
 	partitions string
-	// prune deletes up to a batch of a partition's rows below an offset.
-	// Arguments: group, topic, partition, bound, keep-younger-than
-	// (microseconds, 0 for none), dedup window (microseconds), limit.
+	// prune deletes up to a batch of a partition's rows without a dedup
+	// key, from its applied mark up to below an offset, and raises the mark
+	// past them in the same statement: to the first row it keeps because
+	// it is younger than RetainFor, else past the batch, or to the bound
+	// when fewer than a batch remain. It reads only rows at or above the
+	// mark (an index range), so a round that has nothing to delete costs
+	// nothing, whatever the keyed rows below the mark. Arguments: group,
+	// topic, partition, bound, keep-younger-than (microseconds, 0 for
+	// none), limit. It returns the rows deleted, the rows read and the new
+	// mark; no row when the partition has no lease (then nothing is
+	// deleted: nothing could remember it).
 	prune string
+	// pruneKeys deletes up to a batch of a partition's rows with a dedup
+	// key older than the dedup window and below the applied mark, found by
+	// their age (an index). Arguments: group, topic, partition, window
+	// (microseconds), limit.
+	pruneKeys string
 }
 
 func newStatements(n names) statements {
 	return statements{
 		claim: `WITH lease AS (
-	SELECT epoch FROM ` + n.lease + ` WHERE group_id = $1 AND topic = $2 AND partition = $3
+	SELECT epoch, applied_below FROM ` + n.lease + ` WHERE group_id = $1 AND topic = $2 AND partition = $3
 ), claimed AS (
 	INSERT INTO ` + n.inbox + ` (group_id, topic, partition, "offset", epoch, dedup_key, dedup_hash)
-	SELECT $1, $2, $3, $4::bigint, lease.epoch, encode($6::bytea, 'hex'), $6::bytea FROM lease WHERE lease.epoch = $5::bigint
+	SELECT $1, $2, $3, $4::bigint, lease.epoch, encode($6::bytea, 'hex'), $6::bytea FROM lease
+	WHERE lease.epoch = $5::bigint AND $4::bigint >= lease.applied_below
 	ON CONFLICT DO NOTHING
 	RETURNING 1
 )
 SELECT (SELECT epoch FROM lease), EXISTS (SELECT FROM claimed)`,
 
 		claimBatch: `WITH lease AS (
-	SELECT epoch FROM ` + n.lease + ` WHERE group_id = $1 AND topic = $2 AND partition = $3
+	SELECT epoch, applied_below FROM ` + n.lease + ` WHERE group_id = $1 AND topic = $2 AND partition = $3
 ), claimed AS (
 	INSERT INTO ` + n.inbox + ` (group_id, topic, partition, "offset", epoch, dedup_key, dedup_hash)
 	SELECT $1, $2, $3, r.off, lease.epoch, encode(r.h, 'hex'), r.h
 	FROM lease, unnest($4::bigint[], $5::bytea[]) AS r(off, h)
-	WHERE lease.epoch = $6::bigint
+	WHERE lease.epoch = $6::bigint AND r.off >= lease.applied_below
 	ON CONFLICT DO NOTHING
 	RETURNING "offset"
 )
@@ -67,7 +83,7 @@ SELECT (SELECT epoch FROM lease), ARRAY (SELECT "offset" FROM claimed)`,
 VALUES ($1, $2, $3, 1, $4, now())
 ON CONFLICT (group_id, topic, partition) DO UPDATE
 	SET epoch = l.epoch + 1, owner = EXCLUDED.owner, acquired_at = now()
-RETURNING epoch`,
+RETURNING epoch, applied_below`,
 
 		appliedFrom: `SELECT "offset" FROM ` + n.inbox + `
 WHERE group_id = $1 AND topic = $2 AND partition = $3 AND "offset" >= $4
@@ -79,13 +95,34 @@ ORDER BY "offset" DESC LIMIT $4`,
 
 		partitions: `SELECT topic, partition FROM ` + n.lease + ` WHERE group_id = $1 ORDER BY topic, partition`,
 
-		prune: `DELETE FROM ` + n.inbox + ` WHERE ctid = ANY (ARRAY (
-	SELECT ctid FROM ` + n.inbox + `
-	WHERE group_id = $1 AND topic = $2 AND partition = $3 AND "offset" < $4
-	  AND ($5::bigint = 0 OR applied_at < now() - $5::bigint * interval '1 microsecond')
-	  AND (dedup_hash IS NULL OR applied_at < now() - $6::bigint * interval '1 microsecond')
-	ORDER BY "offset"
-	LIMIT $7
+		prune: `WITH lease AS (
+	SELECT applied_below FROM ` + n.lease + ` WHERE group_id = $1 AND topic = $2 AND partition = $3
+), scan AS (
+	SELECT i.ctid, i."offset", i.applied_at FROM ` + n.inbox + ` i, lease
+	WHERE i.group_id = $1 AND i.topic = $2 AND i.partition = $3
+	  AND i."offset" >= lease.applied_below AND i."offset" < $4::bigint AND i.dedup_hash IS NULL
+	ORDER BY i."offset"
+	LIMIT $6
+), stop AS (
+	SELECT coalesce(
+		(SELECT min("offset") FROM scan WHERE $5::bigint > 0 AND applied_at >= now() - $5::bigint * interval '1 microsecond'),
+		CASE WHEN (SELECT count(*) FROM scan) < $6 THEN $4::bigint ELSE (SELECT max("offset") + 1 FROM scan) END
+	) AS at
+), gone AS (
+	DELETE FROM ` + n.inbox + ` WHERE ctid = ANY (ARRAY (SELECT scan.ctid FROM scan, stop WHERE scan."offset" < stop.at))
+	RETURNING 1
+)
+UPDATE ` + n.lease + ` SET applied_below = greatest(applied_below, (SELECT at FROM stop))
+WHERE group_id = $1 AND topic = $2 AND partition = $3
+RETURNING (SELECT count(*) FROM gone), (SELECT count(*) FROM scan), applied_below`,
+
+		pruneKeys: `DELETE FROM ` + n.inbox + ` WHERE ctid = ANY (ARRAY (
+	SELECT i.ctid FROM ` + n.inbox + ` i
+	WHERE i.group_id = $1 AND i.topic = $2 AND i.partition = $3 AND i.dedup_hash IS NOT NULL
+	  AND i.applied_at < now() - $4::bigint * interval '1 microsecond'
+	  AND i."offset" < (SELECT applied_below FROM ` + n.lease + ` WHERE group_id = $1 AND topic = $2 AND partition = $3)
+	ORDER BY i.applied_at
+	LIMIT $5
 ))`,
 	}
 }

@@ -90,9 +90,13 @@ func defaultOwner() string {
 	if err != nil || host == "" {
 		host = "unknown"
 	}
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + randomHex(3)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // Group returns the consumer group the Store was made for.
