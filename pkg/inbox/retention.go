@@ -91,11 +91,14 @@ func (s *Store) prune(ctx context.Context, sc *schema, tp runner.TP, committed i
 // RunRetention prunes, every interval, each partition that has a lease in
 // the group, below the offsets committed returns (see Prune). It blocks
 // until ctx is done and then returns ctx.Err(). Start it on one goroutine
-// of your own, beside the runner; every replica may run it: a round runs
-// only where it gets the group's retention lock (a session advisory lock,
-// released when the round ends or its connection dies), so one replica
-// prunes at a time and the others skip that round. A failed round is logged
-// and the next one tries again.
+// of your own, beside the runner; every replica may run it: the group runs
+// one round per interval, on the replica that takes the group's retention
+// lease (a row in tidemark_inbox_retention, not a session lock, so it works
+// through a pooler in transaction mode such as PgBouncer), and the others
+// skip. The lease lasts the round and then until interval after the
+// round's start; a replica that dies in a round holds it for at most two
+// minutes after its last partition. A failed round is logged and the next
+// one tries again.
 func (s *Store) RunRetention(ctx context.Context, interval time.Duration, committed CommittedFunc) error {
 	if interval <= 0 {
 		return &ConfigError{Option: "RunRetention", Reason: fmt.Sprintf("interval %v is not positive", interval)}
@@ -106,7 +109,7 @@ func (s *Store) RunRetention(ctx context.Context, interval time.Duration, commit
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if n, ran, err := s.retentionRound(ctx, committed); err != nil {
+		if n, ran, err := s.retentionRound(ctx, committed, interval); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -122,38 +125,49 @@ func (s *Store) RunRetention(ctx context.Context, interval time.Duration, commit
 	}
 }
 
-// retentionRound prunes every leased partition of the group if it gets the
-// group's retention lock; ran is false when another Store held it.
-func (s *Store) retentionRound(ctx context.Context, committed CommittedFunc) (pruned int64, ran bool, err error) {
+// RetentionRound runs one retention round now — Prune for every partition
+// with a lease in the group, below the offsets committed returns — unless
+// another Store of the group holds the group's retention lease (its round
+// runs, or its RunRetention ran one less than an interval ago); ran reports
+// which. It is RunRetention's round, for code that schedules retention
+// itself (a cron job); it releases the lease when it returns.
+func (s *Store) RetentionRound(ctx context.Context, committed CommittedFunc) (pruned int64, ran bool, err error) {
+	if committed == nil {
+		return 0, false, &ConfigError{Option: "RetentionRound", Reason: "nil CommittedFunc"}
+	}
+	return s.retentionRound(ctx, committed, 0)
+}
+
+// retentionTTL is how long the retention lease lasts without a renewal; a
+// round renews it before each partition.
+const retentionTTL = 2 * time.Minute
+
+// retentionRound prunes every leased partition of the group if it takes
+// the group's retention lease, which it keeps until hold after the round's
+// start; ran is false when another Store held it.
+func (s *Store) retentionRound(ctx context.Context, committed CommittedFunc, hold time.Duration) (pruned int64, ran bool, err error) {
 	sc, err := s.resolve(ctx)
 	if err != nil {
 		return 0, false, err
 	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return 0, false, connError("retention", err)
-	}
-	defer conn.Release()
-	key := lockKey("tidemark.inbox.retention", sc.n.schema, s.group)
-	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
-		return 0, false, connError("retention lock", err)
-	}
-	if !got {
+	ttl := retentionTTL.Microseconds()
+	var started time.Time
+	err = s.pool.QueryRow(ctx, sc.sql.retentionClaim, s.group, s.holder, ttl).Scan(&started)
+	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
+	if err != nil {
+		return 0, false, connError("retention lease", err)
+	}
 	defer func() {
-		// A session lock outlives the round if not released; if the
-		// unlock fails the connection is suspect, so close it (which
-		// releases the lock) rather than return it to the pool.
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		// Released on another context: a round stopped by ctx still lets
+		// the next one run on time. If this fails the lease expires.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, err := conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
-			_ = conn.Hijack().Close(uctx)
-		}
+		_, _ = s.pool.Exec(rctx, sc.sql.retentionRelease, s.group, s.holder, started.Add(hold))
 	}()
 
-	rows, err := conn.Query(ctx, sc.sql.partitions, s.group)
+	rows, err := s.pool.Query(ctx, sc.sql.partitions, s.group)
 	if err != nil {
 		return 0, true, connError("retention: listing partitions", err)
 	}
@@ -176,6 +190,13 @@ func (s *Store) retentionRound(ctx context.Context, committed CommittedFunc) (pr
 		off, ok := offsets[tp]
 		if !ok || off < 0 {
 			continue
+		}
+		tag, err := s.pool.Exec(ctx, sc.sql.retentionRenew, s.group, s.holder, ttl)
+		if err != nil {
+			return pruned, true, connError("retention lease", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return pruned, true, errors.New("inbox: retention: the round outlived its lease and another Store took it; stopping this round")
 		}
 		n, err := s.prune(ctx, sc, tp, off)
 		pruned += n

@@ -18,6 +18,7 @@ const (
 	inboxTable      = "tidemark_inbox"
 	leaseTable      = "tidemark_lease"
 	migrationsTable = "tidemark_inbox_migrations"
+	retentionTable  = "tidemark_inbox_retention"
 	fenceFunc       = "tidemark_inbox_fence"
 	leaseLockFunc   = "tidemark_lease_lock"
 	dedupCompatFunc = "tidemark_inbox_dedup_compat"
@@ -40,6 +41,7 @@ type names struct {
 	inbox      string
 	lease      string
 	migrations string
+	retention  string
 	fence      string
 }
 
@@ -56,7 +58,8 @@ func dollarQuote(body string) string {
 
 func newNames(schema string) names {
 	q := func(name string) string { return qualify(schema, name) }
-	return names{schema: schema, inbox: q(inboxTable), lease: q(leaseTable), migrations: q(migrationsTable), fence: q(fenceFunc)}
+	return names{schema: schema, inbox: q(inboxTable), lease: q(leaseTable), migrations: q(migrationsTable),
+		retention: q(retentionTable), fence: q(fenceFunc)}
 }
 
 // q qualifies the name of an object of the inbox with the names' schema.
@@ -138,7 +141,7 @@ CREATE CONSTRAINT TRIGGER ` + pgx.Identifier{inboxTable + "_fence"}.Sanitize() +
 
 	{
 		version:     2,
-		description: "a fence no session setting switches off, with no row lock under read committed; dedup keys of any bytes, per topic; the applied low-water mark",
+		description: "a fence no session setting switches off, with no row lock under read committed; dedup keys of any bytes, per topic; the applied low-water mark; a retention lease",
 		sql: func(n names) string {
 			return `
 -- The applied low-water mark: every offset of the partition below it was
@@ -149,6 +152,16 @@ CREATE CONSTRAINT TRIGGER ` + pgx.Identifier{inboxTable + "_fence"}.Sanitize() +
 -- committed offsets with it.
 ALTER TABLE ` + n.lease + ` ADD COLUMN applied_below bigint NOT NULL DEFAULT 0;
 COMMENT ON COLUMN ` + n.lease + `.applied_below IS 'tidemark: every offset below it was consumed by the group; raised by retention with the rows it deletes';
+-- Which Store runs the group's retention round, until when. A row rather
+-- than a session advisory lock: it works through a pooler in transaction
+-- mode (PgBouncer), where consecutive statements of one client run in
+-- different sessions.
+CREATE TABLE ` + n.retention + ` (
+	group_id text        PRIMARY KEY,
+	holder   text        NOT NULL,
+	until    timestamptz NOT NULL
+);
+COMMENT ON TABLE ` + n.retention + ` IS 'tidemark: the Store running each group''s retention round, and until when';
 
 -- Dedup keys are any bytes: the table keeps their SHA-256 (dedup_hash),
 -- unique per topic, instead of the key as text (which refused keys that

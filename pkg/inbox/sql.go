@@ -50,6 +50,19 @@ type statements struct {
 	// their age (an index). Arguments: group, topic, partition, window
 	// (microseconds), limit.
 	pruneKeys string
+	// retentionClaim takes the group's retention lease for a round if it
+	// is free (expired) or already this Store's. Arguments: group, holder,
+	// time to live (microseconds). It returns the database's now() when it
+	// took it, no row otherwise.
+	retentionClaim string
+	// retentionRenew extends the lease while a round runs. Arguments:
+	// group, holder, time to live (microseconds).
+	retentionRenew string
+	// retentionRelease ends a round: the lease stays until the given time
+	// (the round's start plus the interval), so the group runs one round
+	// per interval whatever the number of replicas. Arguments: group,
+	// holder, until.
+	retentionRelease string
 }
 
 func newStatements(n names) statements {
@@ -124,5 +137,16 @@ RETURNING (SELECT count(*) FROM gone), (SELECT count(*) FROM scan), applied_belo
 	ORDER BY i.applied_at
 	LIMIT $5
 ))`,
+
+		retentionClaim: `INSERT INTO ` + n.retention + ` AS r (group_id, holder, until)
+VALUES ($1, $2, now() + $3::bigint * interval '1 microsecond')
+ON CONFLICT (group_id) DO UPDATE SET holder = EXCLUDED.holder, until = EXCLUDED.until
+	WHERE r.until <= now() OR r.holder = EXCLUDED.holder
+RETURNING now()`,
+
+		retentionRenew: `UPDATE ` + n.retention + ` SET until = now() + $3::bigint * interval '1 microsecond'
+WHERE group_id = $1 AND holder = $2`,
+
+		retentionRelease: `UPDATE ` + n.retention + ` SET until = $3 WHERE group_id = $1 AND holder = $2`,
 	}
 }

@@ -30,6 +30,9 @@ type Store struct {
 	group string
 	cfg   config
 	log   *slog.Logger
+	// holder names this Store in the retention lease: its Owner and a
+	// random suffix, since replicas may share an Owner.
+	holder string
 
 	// schema holds the Store's schema-qualified names and statements once
 	// known: at New with the Schema option, else found on first use (see
@@ -73,6 +76,7 @@ func New(pool *pgxpool.Pool, group string, opts ...Option) (*Store, error) {
 		cfg:   cfg,
 		log:   cfg.logger.With("component", "tidemark.inbox", "group", group),
 	}
+	s.holder = cfg.owner + "/" + randomHex(4)
 	if cfg.schema != "" {
 		s.schema.Store(newSchema(cfg.schema))
 	}
