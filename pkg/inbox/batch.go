@@ -81,6 +81,11 @@ func (b *batcher) handle(ctx context.Context, rec runner.Record) error {
 	if _, ok := b.s.Epoch(tp); !ok {
 		return fmt.Errorf("%w (record %s)", ErrNoLease, rec.String())
 	}
+	// A record whose last batch's COMMIT is in doubt joins no batch until
+	// its outcome is known (a claim would wait on that transaction).
+	if done, err := b.s.settled(ctx, &rec); done || err != nil {
+		return err
+	}
 	it := &item{ctx: ctx, rec: rec, key: b.s.dedupKey(&rec), res: make(chan error, 1)}
 	b.mu.Lock()
 	p := b.parts[tp]
@@ -372,10 +377,11 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 	var (
 		current *int64
 		claimed []int64
+		xid     int64
 	)
 	_, err := br.Exec() // BEGIN
 	if err == nil {
-		err = br.QueryRow().Scan(&current, &claimed)
+		err = br.QueryRow().Scan(&current, &claimed, &xid)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -435,7 +441,18 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 		it.err = fmt.Errorf("inbox: effect of %s: %w", it.rec.String(), ferr)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return s.commitError(ctx, what, epoch, err)
+		if !inDoubt(err) {
+			return s.commitError(ctx, what, epoch, err)
+		}
+		var recs []*runner.Record
+		for _, it := range live {
+			if it.applied {
+				recs = append(recs, &it.rec)
+			}
+		}
+		if applied, err := s.resolveCommit(ctx, sc, what, xid, err, recs); !applied {
+			return err
+		}
 	}
 	return nil
 }

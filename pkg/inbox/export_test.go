@@ -14,6 +14,7 @@ var (
 	LastMigration  = func() int { return migrations[len(migrations)-1].version }
 	LockKey        = lockKey
 	DollarQuote    = dollarQuote
+	InDoubt        = inDoubt
 )
 
 // DedupKeyOf returns the dedup key s gives rec.

@@ -79,6 +79,9 @@ func (s *Store) Handler(fn Effect) runner.Handler {
 		if err != nil {
 			return err
 		}
+		if done, err := s.settled(ctx, &rec); done || err != nil {
+			return err
+		}
 		key := s.dedupKey(&rec)
 		return s.retry(ctx, func() error { return s.applyOne(ctx, sc, fn, &rec, epoch, key) })
 	}
@@ -158,10 +161,11 @@ func (s *Store) applyOne(ctx context.Context, sc *schema, fn Effect, rec *runner
 	var (
 		current *int64
 		claimed bool
+		xid     int64
 	)
 	_, err := br.Exec() // BEGIN
 	if err == nil {
-		err = br.QueryRow().Scan(&current, &claimed)
+		err = br.QueryRow().Scan(&current, &claimed, &xid)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -193,6 +197,13 @@ func (s *Store) applyOne(ctx context.Context, sc *schema, fn Effect, rec *runner
 			s.countReplays(ctx, 1)
 			return nil
 		}
+		if inDoubt(err) {
+			if applied, err := s.resolveCommit(ctx, sc, rec.String(), xid, err, []*runner.Record{rec}); !applied {
+				return err
+			}
+			s.countApplied(ctx, 1)
+			return nil
+		}
 		return s.commitError(ctx, rec.String(), epoch, err)
 	}
 	s.countApplied(ctx, 1)
@@ -216,9 +227,6 @@ func (s *Store) commitError(ctx context.Context, what string, epoch int64, err e
 		// did not return (or recovered from without a savepoint).
 		return fmt.Errorf("inbox: %s: the transaction was aborted by a statement of the effect that failed; the effect must return database errors: %w", what, err)
 	}
-	// The outcome may be unknown (the connection broke during COMMIT):
-	// the runner retries, and if the commit did happen the retry finds
-	// the inbox row.
 	return connError("committing "+what, err)
 }
 

@@ -10,14 +10,20 @@ type statements struct {
 	// partition has no lease) and whether the row was inserted. One round
 	// trip tells the three outcomes apart: fenced (epoch differs), replay
 	// (not inserted: the row or the key exists, or the offset is below the
-	// mark), or claimed. The insert waits for a concurrent
+	// mark), or claimed. It also returns the transaction's id, to learn
+	// the outcome of a COMMIT whose answer is lost (see indoubt.go). The insert waits for a concurrent
 	// transaction holding the same row (an old owner still running the
 	// record) and then reports a replay if that one committed.
 	claim string
 	// claimBatch is claim for the records of one batch at once. Arguments:
 	// group, topic, partition, offsets, dedup key digests (parallel,
-	// nullable), epoch. It returns the lease's epoch and the offsets it inserted.
+	// nullable), epoch. It returns the lease's epoch, the offsets it
+	// inserted and the transaction's id.
 	claimBatch string
+	// xactStatus is pg_xact_status of a transaction id: committed,
+	// aborted, in progress, or NULL when it is too old to know. Argument:
+	// the id (pg_current_xact_id, as bigint).
+	xactStatus string
 	// unclaim deletes a record's inbox row when its effect failed inside a
 	// batch. Arguments: group, topic, partition, offset.
 	unclaim string
@@ -76,7 +82,7 @@ func newStatements(n names) statements {
 	ON CONFLICT DO NOTHING
 	RETURNING 1
 )
-SELECT (SELECT epoch FROM lease), EXISTS (SELECT FROM claimed)`,
+SELECT (SELECT epoch FROM lease), EXISTS (SELECT FROM claimed), pg_current_xact_id()::text::bigint`,
 
 		claimBatch: `WITH lease AS (
 	SELECT epoch, applied_below FROM ` + n.lease + ` WHERE group_id = $1 AND topic = $2 AND partition = $3
@@ -88,7 +94,9 @@ SELECT (SELECT epoch FROM lease), EXISTS (SELECT FROM claimed)`,
 	ON CONFLICT DO NOTHING
 	RETURNING "offset"
 )
-SELECT (SELECT epoch FROM lease), ARRAY (SELECT "offset" FROM claimed)`,
+SELECT (SELECT epoch FROM lease), ARRAY (SELECT "offset" FROM claimed), pg_current_xact_id()::text::bigint`,
+
+		xactStatus: `SELECT pg_xact_status($1::bigint::text::xid8)`,
 
 		unclaim: `DELETE FROM ` + n.inbox + ` WHERE group_id = $1 AND topic = $2 AND partition = $3 AND "offset" = $4`,
 

@@ -41,6 +41,7 @@ type Store struct {
 	schema atomic.Pointer[schema]
 	tel    *telemetry
 	stats  counters
+	doubts doubts // records whose last COMMIT is in doubt
 
 	// epochs maps each partition this member was assigned to the lease
 	// epoch it took. Assignments are rare and handlers read it per record,
