@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,59 +13,148 @@ import (
 	"github.com/tidemark/tidemark/pkg/runner"
 )
 
-// AssignHook returns the hook to pass to runner.OnAssign. For each assigned
-// partition, before any of its records runs, it
+// AssignHook returns the hook to pass to runner.OnAssign. For the
+// partitions of an assignment report, before any of their records runs, it
 //
-//  1. takes the partition's lease: one UPSERT bumps the lease epoch and
-//     names this Store's owner. The bump waits for old owners' transactions
-//     that are committing; from then on every old-owner transaction fails
-//     its fence at commit (FencedError), whether it started before the bump
-//     or after;
-//  2. remembers the new epoch, which this Store's handlers check;
-//  3. loads the partition's applied offsets (up to ReplayLimit; see there)
-//     and returns them as the runner's Applied filter, so records applied
-//     before — by this member before a restart, or by the previous owner —
-//     complete without a transaction.
+//  1. takes their leases: one statement bumps each partition's lease epoch
+//     and names this Store's owner. The bump waits for old owners'
+//     transactions that are committing; from then on every old-owner
+//     transaction fails its fence at commit (FencedError), whether it
+//     started before the bump or after;
+//  2. remembers the new epochs, which this Store's handlers check;
+//  3. loads each partition's applied offsets (up to ReplayLimit; see
+//     there) and returns them, with everything below the partition's
+//     applied mark (see Prune), as the runner's Applied filters, so records
+//     applied before — by this member before a restart, or by the previous
+//     owner — complete without a transaction.
 //
-// A failing hook returns the error and the runner retries it with backoff;
-// a missing schema is reported as ErrNotMigrated. Nothing needs releasing
-// on revoke: the next owner's bump fences this member, and a Store that
-// gets the partition back bumps again.
+// The two statements go in one round trip, whatever the number of
+// partitions. A failing hook returns the error and the runner retries it
+// with backoff; a missing schema is reported as ErrNotMigrated. Nothing
+// needs releasing on revoke: the next owner's bump fences this member, and
+// a Store that gets the partition back bumps again.
 func (s *Store) AssignHook() runner.AssignHook {
 	return func(ctx context.Context, as []runner.Assignment) ([]runner.Applied, error) {
+		if len(as) == 0 {
+			return nil, nil
+		}
 		sc, err := s.resolve(ctx)
 		if err != nil {
 			return nil, err
 		}
-		out := make([]runner.Applied, len(as))
-		for i, a := range as {
-			f, err := s.take(ctx, sc, a)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = f
-		}
-		return out, nil
+		return s.take(ctx, sc, as)
 	}
 }
 
-// take takes one partition's lease and loads its applied offsets.
-func (s *Store) take(ctx context.Context, sc *schema, a runner.Assignment) (runner.Applied, error) {
+// taken is what the assign hook learned of one partition.
+type taken struct {
+	epoch, below int64
+	offs         []int64
+}
+
+// take takes the leases of one assignment report and loads their applied
+// offsets, in one round trip.
+func (s *Store) take(ctx context.Context, sc *schema, as []runner.Assignment) ([]runner.Applied, error) {
 	start := time.Now()
-	var epoch, below int64
-	err := s.pool.QueryRow(ctx, sc.sql.bump, s.group, a.TP.Topic, a.TP.Partition, s.cfg.owner).Scan(&epoch, &below)
-	if err != nil {
-		return nil, s.hookError(ctx, sc, a.TP, "taking the lease", err)
+	// The bump locks the lease rows in the order given: sorted, so that two
+	// members taking overlapping partitions at once cannot deadlock. A
+	// partition reported twice is taken once.
+	tps := make([]runner.TP, 0, len(as))
+	starts := map[runner.TP]int64{}
+	for _, a := range as {
+		if _, dup := starts[a.TP]; !dup {
+			tps = append(tps, a.TP)
+		}
+		starts[a.TP] = a.Start
 	}
-	s.setEpoch(a.TP, epoch)
-	set, loaded, err := s.loadApplied(ctx, sc, a)
-	if err != nil {
-		return nil, s.hookError(ctx, sc, a.TP, "loading applied offsets", err)
+	slices.SortFunc(tps, func(a, b runner.TP) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return int(a.Partition) - int(b.Partition)
+	})
+	topics := make([]string, len(tps))
+	parts := make([]int32, len(tps))
+	froms := make([]int64, len(tps))
+	for i, tp := range tps {
+		topics[i], parts[i], froms[i] = tp.Topic, tp.Partition, starts[tp]
 	}
-	s.countLease(ctx, loaded)
-	s.log.Info("partition lease taken", "partition", a.TP.String(), "epoch", epoch, "start", a.Start,
-		"applied_loaded", loaded, "applied_runs", set.runs(), "applied_below", below, "took", time.Since(start))
-	return s.filter(a.TP, set, loaded, below), nil
+
+	b := &pgx.Batch{}
+	b.Queue(sc.sql.bump, s.group, s.cfg.owner, topics, parts)
+	if s.cfg.replayLimit > 0 {
+		b.Queue(sc.sql.applied, s.group, topics, parts, froms, s.cfg.replayLimit)
+	}
+	got := make(map[runner.TP]*taken, len(tps))
+	br := s.pool.SendBatch(ctx, b)
+	err := func() error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		var tp runner.TP
+		var epoch, below int64
+		if _, err := pgx.ForEachRow(rows, []any{&tp.Topic, &tp.Partition, &epoch, &below}, func() error {
+			got[tp] = &taken{epoch: epoch, below: below}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if s.cfg.replayLimit == 0 {
+			return nil
+		}
+		if rows, err = br.Query(); err != nil {
+			return err
+		}
+		var i int32
+		var off int64
+		_, err = pgx.ForEachRow(rows, []any{&i, &off}, func() error {
+			if t := got[tps[i-1]]; t != nil {
+				t.offs = append(t.offs, off)
+			}
+			return nil
+		})
+		return err
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, s.hookError(ctx, sc, tps, err)
+	}
+	epochs := make(map[runner.TP]int64, len(tps))
+	for _, tp := range tps {
+		t := got[tp]
+		if t == nil {
+			return nil, fmt.Errorf("inbox: taking the lease of %s: the database returned no lease", tp)
+		}
+		epochs[tp] = t.epoch
+	}
+	s.setEpochs(epochs)
+	out := make([]runner.Applied, len(as))
+	for i, a := range as {
+		t := got[a.TP]
+		set := newOffsetSet(t.offs)
+		s.countLease(ctx, len(t.offs))
+		s.log.Info("partition lease taken", "partition", a.TP.String(), "epoch", t.epoch, "start", a.Start,
+			"applied_loaded", len(t.offs), "applied_runs", set.runs(), "applied_below", t.below, "took", time.Since(start))
+		out[i] = s.filter(a.TP, set, len(t.offs), t.below)
+	}
+	return out, nil
+}
+
+func (s *Store) hookError(ctx context.Context, sc *schema, tps []runner.TP, err error) error {
+	what := fmt.Sprintf("taking the leases of %s", tps[0])
+	if len(tps) > 1 {
+		what += fmt.Sprintf(" and %d more partitions", len(tps)-1)
+	}
+	if isCode(err, "42P01") || isCode(err, "42703") { // undefined_table, undefined_column
+		v, verr := version(ctx, s.pool, sc.n)
+		if verr == nil && v < SchemaVersion {
+			return fmt.Errorf("inbox: %s: %w", what, notMigrated(sc.n, v))
+		}
+	}
+	return connError(what, err)
 }
 
 // filter is the runner's Applied filter of one assignment: the loaded
@@ -91,48 +181,4 @@ func (s *Store) filter(tp runner.TP, set *offsetSet, loaded int, below int64) ru
 		})
 		return true
 	}
-}
-
-func (s *Store) hookError(ctx context.Context, sc *schema, tp runner.TP, what string, err error) error {
-	if isCode(err, "42P01") || isCode(err, "42703") { // undefined_table, undefined_column
-		v, verr := version(ctx, s.pool, sc.n)
-		if verr == nil && v < SchemaVersion {
-			return fmt.Errorf("inbox: %s of %s: %w", what, tp, notMigrated(sc.n, v))
-		}
-	}
-	return connError(what+" of "+tp.String(), err)
-}
-
-// loadApplied reads the partition's inbox offsets that a replay may meet:
-// those at or above the start offset when it is known, the newest ones
-// otherwise (franz-go learns the committed offset only from its first
-// fetch, after the assignment).
-func (s *Store) loadApplied(ctx context.Context, sc *schema, a runner.Assignment) (*offsetSet, int, error) {
-	if s.cfg.replayLimit == 0 {
-		return &offsetSet{}, 0, nil
-	}
-	var rows pgx.Rows
-	var err error
-	newest := a.Start < 0 // watermark.Unknown
-	if !newest {
-		rows, err = s.pool.Query(ctx, sc.sql.appliedFrom, s.group, a.TP.Topic, a.TP.Partition, a.Start, s.cfg.replayLimit)
-	} else {
-		rows, err = s.pool.Query(ctx, sc.sql.appliedNewest, s.group, a.TP.Topic, a.TP.Partition, s.cfg.replayLimit)
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	offs := make([]int64, 0, 1024)
-	var off int64
-	_, err = pgx.ForEachRow(rows, []any{&off}, func() error {
-		offs = append(offs, off)
-		return nil
-	})
-	if err != nil {
-		return nil, 0, err
-	}
-	if newest {
-		slices.Reverse(offs)
-	}
-	return newOffsetSet(offs), len(offs), nil
 }

@@ -27,16 +27,23 @@ type statements struct {
 	// unclaim deletes a record's inbox row when its effect failed inside a
 	// batch. Arguments: group, topic, partition, offset.
 	unclaim string
-	// bump takes the partition's lease: one statement, so the lease moves
-	// atomically. It waits for old owners' transactions that are
-	// committing (they hold the lease row FOR SHARE through the fence
-	// trigger), and every old-owner commit after it fails the fence.
-	// Arguments: group, topic, partition, owner.
+	// bump takes the leases of an assignment's partitions: one statement,
+	// so each lease moves atomically. It waits for old owners'
+	// transactions that are committing (the lease lock trigger takes the
+	// partition's advisory lock, which their fence holds shared; under
+	// REPEATABLE READ they hold the row FOR SHARE), and every old-owner
+	// commit after it fails the fence. It locks the rows in the order
+	// given. Arguments: group, owner, topics, partitions (parallel). It
+	// returns each partition's topic, partition, new epoch and applied
+	// mark.
 	bump string
-	// appliedFrom / appliedNewest list a partition's inbox offsets for
-	// replay skip. Arguments: group, topic, partition, [from,] limit.
-	appliedFrom   string
-	appliedNewest string
+	// applied lists the inbox offsets of an assignment's partitions for
+	// replay skip: per partition, up to a limit, those at or above its
+	// start offset, or the newest ones for a start below 0 (unknown).
+	// Arguments: group, topics, partitions, starts (parallel), limit. It
+	// returns the partition's position in the arrays (1-based) and an
+	// offset.
+	applied string
 	// partitions lists the partitions that have a lease in the group.
 	partitions string
 	// prune deletes up to a batch of a partition's rows without a dedup
@@ -101,18 +108,23 @@ SELECT (SELECT epoch FROM lease), ARRAY (SELECT "offset" FROM claimed), pg_curre
 		unclaim: `DELETE FROM ` + n.inbox + ` WHERE group_id = $1 AND topic = $2 AND partition = $3 AND "offset" = $4`,
 
 		bump: `INSERT INTO ` + n.lease + ` AS l (group_id, topic, partition, epoch, owner, acquired_at)
-VALUES ($1, $2, $3, 1, $4, now())
+SELECT $1, u.t, u.p, 1, $2, now() FROM unnest($3::text[], $4::int[]) WITH ORDINALITY AS u(t, p, i)
+ORDER BY u.i
 ON CONFLICT (group_id, topic, partition) DO UPDATE
 	SET epoch = l.epoch + 1, owner = EXCLUDED.owner, acquired_at = now()
-RETURNING epoch, applied_below`,
+RETURNING topic, partition, epoch, applied_below`,
 
-		appliedFrom: `SELECT "offset" FROM ` + n.inbox + `
-WHERE group_id = $1 AND topic = $2 AND partition = $3 AND "offset" >= $4
-ORDER BY "offset" LIMIT $5`,
-
-		appliedNewest: `SELECT "offset" FROM ` + n.inbox + `
-WHERE group_id = $1 AND topic = $2 AND partition = $3
-ORDER BY "offset" DESC LIMIT $4`,
+		applied: `SELECT u.i::int, a."offset"
+FROM unnest($2::text[], $3::int[], $4::bigint[]) WITH ORDINALITY AS u(t, p, start, i)
+CROSS JOIN LATERAL (
+	(SELECT "offset" FROM ` + n.inbox + `
+	 WHERE group_id = $1 AND topic = u.t AND partition = u.p AND u.start >= 0 AND "offset" >= u.start
+	 ORDER BY "offset" LIMIT $5)
+	UNION ALL
+	(SELECT "offset" FROM ` + n.inbox + `
+	 WHERE group_id = $1 AND topic = u.t AND partition = u.p AND u.start < 0
+	 ORDER BY "offset" DESC LIMIT $5)
+) a`,
 
 		partitions: `SELECT topic, partition FROM ` + n.lease + ` WHERE group_id = $1 ORDER BY topic, partition`,
 

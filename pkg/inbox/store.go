@@ -196,14 +196,21 @@ func (s *Store) Epoch(tp runner.TP) (int64, bool) {
 }
 
 func (s *Store) setEpoch(tp runner.TP, epoch int64) {
+	s.setEpochs(map[runner.TP]int64{tp: epoch})
+}
+
+// setEpochs records the epochs an assignment took, in one copy of the map.
+func (s *Store) setEpochs(epochs map[runner.TP]int64) {
 	s.epochMu.Lock()
 	defer s.epochMu.Unlock()
 	old := *s.epochs.Load()
-	m := make(map[runner.TP]int64, len(old)+1)
+	m := make(map[runner.TP]int64, len(old)+len(epochs))
 	for k, v := range old {
 		m[k] = v
 	}
-	m[tp] = epoch
+	for k, v := range epochs {
+		m[k] = v
+	}
 	s.epochs.Store(&m)
 }
 
