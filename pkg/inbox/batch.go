@@ -276,15 +276,29 @@ func (b *batcher) run(batch []*item) {
 	defer cancel()
 	s := b.s
 	tp := batch[0].rec.TP()
-	epoch, _ := s.Epoch(tp)
+	l, _ := s.lease(tp)
 	sc, err := s.resolve(ctx)
-	if err == nil {
+	for retakes := 0; err == nil; retakes++ {
 		err = s.retry(ctx, func() error {
 			for _, it := range batch {
 				it.err, it.applied, it.replay = nil, false, false
 			}
-			return b.runOnce(ctx, sc, batch, epoch)
+			return b.runOnce(ctx, sc, batch, l.epoch)
 		})
+		var fe *FencedError
+		if retakes == maxRetakes || !errors.As(err, &fe) {
+			break
+		}
+		epoch, won, rerr := s.retake(ctx, sc, tp, l, fe.Current)
+		if rerr != nil {
+			err = rerr
+			break
+		}
+		if !won {
+			break
+		}
+		s.countFenced(ctx) // the refused attempt; the last one is counted below
+		l.epoch = epoch
 	}
 	if err == nil {
 		var applied, replays int64

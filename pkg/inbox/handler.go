@@ -71,7 +71,7 @@ func (s *Store) Handler(fn Effect) runner.Handler {
 		return b.handle
 	}
 	return func(ctx context.Context, rec runner.Record) error {
-		epoch, ok := s.Epoch(rec.TP())
+		l, ok := s.lease(rec.TP())
 		if !ok {
 			return fmt.Errorf("%w (record %s)", ErrNoLease, rec.String())
 		}
@@ -83,9 +83,28 @@ func (s *Store) Handler(fn Effect) runner.Handler {
 			return err
 		}
 		key := s.dedupKey(&rec)
-		return s.retry(ctx, func() error { return s.applyOne(ctx, sc, fn, &rec, epoch, key) })
+		for retakes := 0; ; retakes++ {
+			err := s.retry(ctx, func() error { return s.applyOne(ctx, sc, fn, &rec, l.epoch, key) })
+			var fe *FencedError
+			if retakes == maxRetakes || !errors.As(err, &fe) {
+				return err
+			}
+			epoch, won, rerr := s.retake(ctx, sc, rec.TP(), l, fe.Current)
+			if rerr != nil {
+				return rerr
+			}
+			if !won {
+				return err
+			}
+			l.epoch = epoch
+		}
 	}
 }
+
+// maxRetakes bounds how often one handler call takes its lease back (see
+// Owners) before it gives up with the FencedError: a lease that keeps
+// moving means the group is rebalancing, and the next assignment decides.
+const maxRetakes = 3
 
 // dedupKey returns the record's business key, nil when it has none.
 func (s *Store) dedupKey(rec *runner.Record) *string {

@@ -67,6 +67,7 @@ func TestNewValidates(t *testing.T) {
 		{"zero prune batch", pool, "g", []inbox.Option{inbox.PruneBatch(0)}, "PruneBatch"},
 		{"zero in-doubt timeout", pool, "g", []inbox.Option{inbox.InDoubtTimeout(0)}, "InDoubtTimeout"},
 		{"nil logger", pool, "g", []inbox.Option{inbox.Logger(nil)}, "Logger"},
+		{"nil coordinator", pool, "g", []inbox.Option{inbox.Owners(nil)}, "Owners"},
 		{"first bad option wins", pool, "g", []inbox.Option{inbox.Owner(""), inbox.Batch(0)}, "Owner"},
 	}
 	for _, tt := range tests {

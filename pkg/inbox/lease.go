@@ -60,12 +60,12 @@ func (s *Store) take(ctx context.Context, sc *schema, as []runner.Assignment) ([
 	// members taking overlapping partitions at once cannot deadlock. A
 	// partition reported twice is taken once.
 	tps := make([]runner.TP, 0, len(as))
-	starts := map[runner.TP]int64{}
+	byTP := map[runner.TP]runner.Assignment{}
 	for _, a := range as {
-		if _, dup := starts[a.TP]; !dup {
+		if _, dup := byTP[a.TP]; !dup {
 			tps = append(tps, a.TP)
 		}
-		starts[a.TP] = a.Start
+		byTP[a.TP] = a
 	}
 	slices.SortFunc(tps, func(a, b runner.TP) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
@@ -76,12 +76,17 @@ func (s *Store) take(ctx context.Context, sc *schema, as []runner.Assignment) ([
 	topics := make([]string, len(tps))
 	parts := make([]int32, len(tps))
 	froms := make([]int64, len(tps))
+	members := make([]*string, len(tps))
 	for i, tp := range tps {
-		topics[i], parts[i], froms[i] = tp.Topic, tp.Partition, starts[tp]
+		a := byTP[tp]
+		topics[i], parts[i], froms[i] = tp.Topic, tp.Partition, a.Start
+		if a.Member != "" {
+			members[i] = &a.Member
+		}
 	}
 
 	b := &pgx.Batch{}
-	b.Queue(sc.sql.bump, s.group, s.cfg.owner, topics, parts)
+	b.Queue(sc.sql.bump, s.group, s.cfg.owner, topics, parts, members)
 	if s.cfg.replayLimit > 0 {
 		b.Queue(sc.sql.applied, s.group, topics, parts, froms, s.cfg.replayLimit)
 	}
@@ -122,15 +127,15 @@ func (s *Store) take(ctx context.Context, sc *schema, as []runner.Assignment) ([
 	if err != nil {
 		return nil, s.hookError(ctx, sc, tps, err)
 	}
-	epochs := make(map[runner.TP]int64, len(tps))
+	leases := make(map[runner.TP]lease, len(tps))
 	for _, tp := range tps {
 		t := got[tp]
 		if t == nil {
 			return nil, fmt.Errorf("inbox: taking the lease of %s: the database returned no lease", tp)
 		}
-		epochs[tp] = t.epoch
+		leases[tp] = lease{epoch: t.epoch, member: byTP[tp].Member}
 	}
-	s.setEpochs(epochs)
+	s.setLeases(leases)
 	out := make([]runner.Applied, len(as))
 	for i, a := range as {
 		t := got[a.TP]

@@ -18,6 +18,7 @@ type config struct {
 	schema         string
 	owner          string
 	dedup          func(rec *runner.Record) (string, bool)
+	owners         Coordinator
 	replayLimit    int
 	batch          int
 	batchWait      time.Duration

@@ -141,7 +141,7 @@ CREATE CONSTRAINT TRIGGER ` + pgx.Identifier{inboxTable + "_fence"}.Sanitize() +
 
 	{
 		version:     2,
-		description: "a fence no session setting switches off, with no row lock under read committed; dedup keys of any bytes, per topic; the applied low-water mark; a retention lease",
+		description: "a fence no session setting switches off, with no row lock under read committed; dedup keys of any bytes, per topic; the applied low-water mark; a retention lease; the member id of each lease",
 		sql: func(n names) string {
 			return `
 -- The applied low-water mark: every offset of the partition below it was
@@ -151,6 +151,10 @@ CREATE CONSTRAINT TRIGGER ` + pgx.Identifier{inboxTable + "_fence"}.Sanitize() +
 -- record below it is a replay even after its row is gone and the group's
 -- committed offsets with it.
 ALTER TABLE ` + n.lease + ` ADD COLUMN applied_below bigint NOT NULL DEFAULT 0;
+-- The Kafka member id of the assignment the lease was taken for, for
+-- people comparing it with the group's description.
+ALTER TABLE ` + n.lease + ` ADD COLUMN member text;
+COMMENT ON COLUMN ` + n.lease + `.member IS 'tidemark: the Kafka member id of the assignment the lease was taken for, NULL when the source did not know it';
 COMMENT ON COLUMN ` + n.lease + `.applied_below IS 'tidemark: every offset below it was consumed by the group; raised by retention with the rows it deletes';
 -- Which Store runs the group's retention round, until when. A row rather
 -- than a session advisory lock: it works through a pooler in transaction

@@ -33,10 +33,16 @@ type statements struct {
 	// partition's advisory lock, which their fence holds shared; under
 	// REPEATABLE READ they hold the row FOR SHARE), and every old-owner
 	// commit after it fails the fence. It locks the rows in the order
-	// given. Arguments: group, owner, topics, partitions (parallel). It
-	// returns each partition's topic, partition, new epoch and applied
-	// mark.
+	// given. Arguments: group, owner, topics, partitions, member ids
+	// (parallel; NULL when unknown). It returns each partition's topic,
+	// partition, new epoch and applied mark.
 	bump string
+	// retake takes a partition's lease back for the member the group
+	// coordinator says owns it (see Owners), if the lease is still at the
+	// epoch that fenced the member (0: whatever it is). Arguments: group,
+	// topic, partition, epoch, owner, member. It returns the new epoch, no
+	// row when the lease moved meanwhile.
+	retake string
 	// applied lists the inbox offsets of an assignment's partitions for
 	// replay skip: per partition, up to a limit, those at or above its
 	// start offset, or the newest ones for a start below 0 (unknown).
@@ -107,12 +113,16 @@ SELECT (SELECT epoch FROM lease), ARRAY (SELECT "offset" FROM claimed), pg_curre
 
 		unclaim: `DELETE FROM ` + n.inbox + ` WHERE group_id = $1 AND topic = $2 AND partition = $3 AND "offset" = $4`,
 
-		bump: `INSERT INTO ` + n.lease + ` AS l (group_id, topic, partition, epoch, owner, acquired_at)
-SELECT $1, u.t, u.p, 1, $2, now() FROM unnest($3::text[], $4::int[]) WITH ORDINALITY AS u(t, p, i)
+		bump: `INSERT INTO ` + n.lease + ` AS l (group_id, topic, partition, epoch, owner, member, acquired_at)
+SELECT $1, u.t, u.p, 1, $2, u.m, now() FROM unnest($3::text[], $4::int[], $5::text[]) WITH ORDINALITY AS u(t, p, m, i)
 ORDER BY u.i
 ON CONFLICT (group_id, topic, partition) DO UPDATE
-	SET epoch = l.epoch + 1, owner = EXCLUDED.owner, acquired_at = now()
+	SET epoch = l.epoch + 1, owner = EXCLUDED.owner, member = EXCLUDED.member, acquired_at = now()
 RETURNING topic, partition, epoch, applied_below`,
+
+		retake: `UPDATE ` + n.lease + ` SET epoch = epoch + 1, owner = $5, member = $6, acquired_at = now()
+WHERE group_id = $1 AND topic = $2 AND partition = $3 AND ($4::bigint = 0 OR epoch = $4::bigint)
+RETURNING epoch`,
 
 		applied: `SELECT u.i::int, a."offset"
 FROM unnest($2::text[], $3::int[], $4::bigint[]) WITH ORDINALITY AS u(t, p, start, i)

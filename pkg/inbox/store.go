@@ -43,11 +43,13 @@ type Store struct {
 	stats  counters
 	doubts doubts // records whose last COMMIT is in doubt
 
-	// epochs maps each partition this member was assigned to the lease
-	// epoch it took. Assignments are rare and handlers read it per record,
-	// so it is copied on write and read without a lock.
-	epochMu sync.Mutex
-	epochs  atomic.Pointer[map[runner.TP]int64]
+	// leases maps each partition this member was assigned to the lease
+	// it took. Assignments are rare and handlers read it per record, so it
+	// is copied on write and read without a lock.
+	leaseMu sync.Mutex
+	leases  atomic.Pointer[map[runner.TP]lease]
+
+	owning owning // retakes of leases taken by late bumps (Owners)
 }
 
 // New returns the Store of group (the consumer group's name; the inbox rows
@@ -86,7 +88,7 @@ func New(pool *pgxpool.Pool, group string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("inbox: telemetry: %w", err)
 	}
 	s.tel = tel
-	s.epochs.Store(&map[runner.TP]int64{})
+	s.leases.Store(&map[runner.TP]lease{})
 	return s, nil
 }
 
@@ -191,27 +193,49 @@ func notMigrated(n names, v int) error {
 // assignment, and whether it took one. It is the epoch the Store's handlers
 // check at commit.
 func (s *Store) Epoch(tp runner.TP) (int64, bool) {
-	e, ok := (*s.epochs.Load())[tp]
-	return e, ok
+	l, ok := s.lease(tp)
+	return l.epoch, ok
+}
+
+func (s *Store) lease(tp runner.TP) (lease, bool) {
+	l, ok := (*s.leases.Load())[tp]
+	return l, ok
 }
 
 func (s *Store) setEpoch(tp runner.TP, epoch int64) {
-	s.setEpochs(map[runner.TP]int64{tp: epoch})
+	s.setLeases(map[runner.TP]lease{tp: {epoch: epoch}})
 }
 
-// setEpochs records the epochs an assignment took, in one copy of the map.
-func (s *Store) setEpochs(epochs map[runner.TP]int64) {
-	s.epochMu.Lock()
-	defer s.epochMu.Unlock()
-	old := *s.epochs.Load()
-	m := make(map[runner.TP]int64, len(old)+len(epochs))
+// setLeases records the leases an assignment took, in one copy of the map.
+func (s *Store) setLeases(leases map[runner.TP]lease) {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	old := *s.leases.Load()
+	m := make(map[runner.TP]lease, len(old)+len(leases))
 	for k, v := range old {
 		m[k] = v
 	}
-	for k, v := range epochs {
+	for k, v := range leases {
 		m[k] = v
 	}
-	s.epochs.Store(&m)
+	s.leases.Store(&m)
+}
+
+// setLeaseIfNewer records a lease taken back (see retake), unless an
+// assignment took a newer one meanwhile.
+func (s *Store) setLeaseIfNewer(tp runner.TP, l lease) {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	old := *s.leases.Load()
+	if cur, ok := old[tp]; ok && cur.epoch >= l.epoch {
+		return
+	}
+	m := make(map[runner.TP]lease, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[tp] = l
+	s.leases.Store(&m)
 }
 
 // Stats are a Store's counters since New, the same numbers its
@@ -238,11 +262,16 @@ type Stats struct {
 	Pruned int64
 	// Batches is the transactions that applied records with Batch > 1.
 	Batches int64
+	// Retaken is the leases taken back (Owners) after a late bump from an
+	// ended assignment had taken them from this member, which the group
+	// coordinator said owns the partition.
+	Retaken int64
 }
 
 type counters struct {
 	applied, replays, fenced, retries atomic.Int64
 	leases, loaded, pruned, batches   atomic.Int64
+	retaken                           atomic.Int64
 }
 
 // Stats returns the Store's counters. It is safe to call at any time.
@@ -256,5 +285,6 @@ func (s *Store) Stats() Stats {
 		Loaded:  s.stats.loaded.Load(),
 		Pruned:  s.stats.pruned.Load(),
 		Batches: s.stats.batches.Load(),
+		Retaken: s.stats.retaken.Load(),
 	}
 }
