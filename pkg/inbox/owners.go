@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidemark/tidemark/pkg/runner"
 )
@@ -165,4 +166,90 @@ func (s *Store) retakeOnce(ctx context.Context, sc *schema, tp runner.TP, held l
 	s.log.Warn("inbox: took back the lease of a partition the group coordinator says this member owns; a late bump from an ended assignment had taken it",
 		"partition", tp.String(), "member", held.member, "from_epoch", current, "epoch", epoch)
 	return epoch, true, nil
+}
+
+// Lease is one partition's lease as the database holds it, for people (see
+// Leases).
+type Lease struct {
+	Topic     string
+	Partition int32
+	// Epoch is bumped by every assignment, retake and reset.
+	Epoch int64
+	// Owner is the Owner of the Store that took it; Member the Kafka
+	// member id of the assignment it took it for ("" when unknown).
+	Owner, Member string
+	Acquired      time.Time
+	// AppliedBelow is the partition's applied low-water mark: every offset
+	// below it was consumed by the group (see Store.Prune).
+	AppliedBelow int64
+}
+
+// Leases returns the leases of group in the database pool reaches (the
+// Schema option's schema, else the search_path's), ordered by topic and
+// partition; with topic not empty, only that topic's. Only the Schema
+// option matters here.
+func Leases(ctx context.Context, pool *pgxpool.Pool, group, topic string, opts ...Option) ([]Lease, error) {
+	n, err := namesOf(pool, opts)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := pool.Query(ctx, `SELECT topic, partition, epoch, owner, coalesce(member, ''), acquired_at, applied_below
+FROM `+n.lease+` WHERE group_id = $1 AND ($2 = '' OR topic = $2) ORDER BY topic, partition`, group, topic)
+	if err != nil {
+		return nil, leasesError(ctx, pool, n, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Lease, error) {
+		var l Lease
+		err := row.Scan(&l.Topic, &l.Partition, &l.Epoch, &l.Owner, &l.Member, &l.Acquired, &l.AppliedBelow)
+		return l, err
+	})
+	if err != nil {
+		return nil, leasesError(ctx, pool, n, err)
+	}
+	return out, nil
+}
+
+// ResetLeases bumps the epoch of every lease of group (with topic not
+// empty, of that topic), so that no member holds one: each running
+// member's next commit on those partitions is fenced. A member with the
+// Owners option takes back, on its next record, the lease of a partition
+// the group coordinator says it owns; others take their leases at their
+// next assignment — until then their records of those partitions are
+// fenced. Use it to stop members you cannot stop from committing (a
+// zombie process), not for routine operation. The applied marks stay. It
+// returns how many leases it reset. Only the Schema option matters here.
+func ResetLeases(ctx context.Context, pool *pgxpool.Pool, group, topic string, opts ...Option) (int64, error) {
+	n, err := namesOf(pool, opts)
+	if err != nil {
+		return 0, err
+	}
+	tag, err := pool.Exec(ctx, `UPDATE `+n.lease+` SET epoch = epoch + 1, owner = 'reset by tidemark inbox leases', member = NULL, acquired_at = now()
+WHERE group_id = $1 AND ($2 = '' OR topic = $2)`, group, topic)
+	if err != nil {
+		return 0, leasesError(ctx, pool, n, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+func namesOf(pool *pgxpool.Pool, opts []Option) (names, error) {
+	if pool == nil {
+		return names{}, &ConfigError{Option: "pool", Reason: "nil pool"}
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return names{}, err
+	}
+	return newNames(cfg.schema), nil
+}
+
+func leasesError(ctx context.Context, pool *pgxpool.Pool, n names, err error) error {
+	if isCode(err, "42P01") || isCode(err, "42703") {
+		if v, verr := version(ctx, pool, n); verr == nil && v < SchemaVersion {
+			return fmt.Errorf("inbox: leases: %w", notMigrated(n, v))
+		}
+	}
+	return connError("leases", err)
 }
