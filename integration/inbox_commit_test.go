@@ -123,21 +123,33 @@ func pgMessage(r io.Reader, typed bool) (byte, []byte, error) {
 	return typ[0], raw.Bytes(), nil
 }
 
-// isCommit reports whether a client message sends COMMIT: a simple Query,
-// or a Parse of an extended-protocol statement.
-func isCommit(typ byte, raw []byte) bool {
-	var text []byte
+// isCommitText reports whether a statement's text is COMMIT.
+func isCommitText(text []byte) bool {
+	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(string(text))), "commit")
+}
+
+// pgCommitWatch tells, for one connection's client messages, which one runs
+// COMMIT: a simple Query, or the Bind of a statement whose Parse (maybe
+// earlier, pgx prepares statements once per connection) was COMMIT.
+type pgCommitWatch struct{ prepared map[string]bool }
+
+func (w *pgCommitWatch) isCommit(typ byte, raw []byte) bool {
+	body := raw[5:]
 	switch typ {
 	case 'Q':
-		text = raw[5:]
+		return isCommitText(body)
 	case 'P':
-		name, rest, _ := bytes.Cut(raw[5:], []byte{0})
-		_ = name
-		text = rest
-	default:
-		return false
+		name, rest, _ := bytes.Cut(body, []byte{0})
+		if w.prepared == nil {
+			w.prepared = map[string]bool{}
+		}
+		w.prepared[string(name)] = isCommitText(rest)
+	case 'B':
+		_, rest, _ := bytes.Cut(body, []byte{0}) // the portal
+		stmt, _, _ := bytes.Cut(rest, []byte{0})
+		return w.prepared[string(stmt)]
 	}
-	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(string(text))), "commit")
+	return false
 }
 
 func (p *pgCut) serve(c, s net.Conn) {
@@ -175,13 +187,14 @@ func (p *pgCut) serve(c, s net.Conn) {
 	if _, err := s.Write(raw); err != nil {
 		return
 	}
+	var w pgCommitWatch
 	for {
 		typ, raw, err := pgMessage(c, true)
 		if err != nil {
 			done()
 			return
 		}
-		if isCommit(typ, raw) {
+		if w.isCommit(typ, raw) {
 			switch p.armed.Swap(cutNone) {
 			case cutBefore:
 				p.cuts.Add(1)
@@ -194,7 +207,7 @@ func (p *pgCut) serve(c, s net.Conn) {
 					done()
 					return
 				}
-				// The client's Sync after an extended-protocol COMMIT.
+				// The rest of an extended-protocol pipeline (Execute, Sync).
 				go func() { _, _ = io.Copy(s, c) }()
 				<-cut
 				return
@@ -218,8 +231,13 @@ func (p *pgCut) serve(c, s net.Conn) {
 //     transaction rolled back and returns an ordinary error (not "unknown"),
 //     and the next attempt applies the record once.
 func TestInboxCommitAnswerLost(t *testing.T) {
-	for _, batch := range []int{1, 8} {
-		t.Run(map[int]string{1: "one per transaction", 8: "batch"}[batch], func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		batch  int
+		queued bool
+	}{{"one per transaction", 1, false}, {"batch", 8, false}, {"queued, one per transaction", 1, true}, {"queued batch", 8, true}} {
+		batch := tc.batch
+		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			home := inboxDB(t)
 			p := newPGCut(t)
@@ -231,6 +249,14 @@ func TestInboxCommitAnswerLost(t *testing.T) {
 			s := inboxStore(t, pool, "g", inbox.Batch(batch))
 			inboxTake(t, s, runner.TP{Topic: "t", Partition: 0}, -1)
 			h := s.Handler(inboxEffect("a"))
+			if tc.queued {
+				h = s.QueuedHandler(inboxQueuedEffect("a"))
+			}
+			// Once through, so that pgx has prepared the statements (the
+			// proxy then sees the COMMIT's Bind).
+			if err := h(ctx, inboxRec("t", 0, 0)); err != nil {
+				t.Fatal(err)
+			}
 
 			p.armed.Store(cutAfter)
 			if err := h(ctx, inboxRec("t", 0, 1)); err != nil {
@@ -257,8 +283,8 @@ func TestInboxCommitAnswerLost(t *testing.T) {
 			if err := h(ctx, inboxRec("t", 0, 2)); err != nil {
 				t.Fatalf("record 2 again: %v", err)
 			}
-			if n := inboxCount(t, home, "SELECT count(*) FROM effects"); n != 2 {
-				t.Fatalf("%d effects, want 2", n)
+			if n := inboxCount(t, home, "SELECT count(*) FROM effects"); n != 3 {
+				t.Fatalf("%d effects, want 3", n)
 			}
 		})
 	}

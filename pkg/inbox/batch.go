@@ -25,6 +25,8 @@ import (
 type batcher struct {
 	s  *Store
 	fn Effect
+	// queued is the QueuedEffect of a QueuedHandler, instead of fn.
+	queued QueuedEffect
 	// apply runs a batch and sets each item's err: b.run, or a stand-in in
 	// the package's tests (which have no database).
 	apply func(batch []*item)
@@ -282,6 +284,9 @@ func (b *batcher) run(batch []*item) {
 		err = s.retry(ctx, func() error {
 			for _, it := range batch {
 				it.err, it.applied, it.replay = nil, false, false
+			}
+			if b.queued != nil {
+				return b.runQueued(ctx, sc, batch, l.epoch)
 			}
 			return b.runOnce(ctx, sc, batch, l.epoch)
 		})

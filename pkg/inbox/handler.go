@@ -70,6 +70,16 @@ func (s *Store) Handler(fn Effect) runner.Handler {
 		b := newBatcher(s, fn)
 		return b.handle
 	}
+	return s.oneByOne(func(ctx context.Context, sc *schema, rec *runner.Record, epoch int64, key *string) error {
+		return s.applyOne(ctx, sc, fn, rec, epoch, key)
+	})
+}
+
+// oneByOne is the handler of one record per transaction around apply,
+// which runs the record's transaction once: the lease, the schema, a
+// COMMIT left in doubt by an earlier attempt, the retries of serialization
+// failures and deadlocks, and a lease taken back (Owners).
+func (s *Store) oneByOne(apply func(ctx context.Context, sc *schema, rec *runner.Record, epoch int64, key *string) error) runner.Handler {
 	return func(ctx context.Context, rec runner.Record) error {
 		l, ok := s.lease(rec.TP())
 		if !ok {
@@ -84,7 +94,7 @@ func (s *Store) Handler(fn Effect) runner.Handler {
 		}
 		key := s.dedupKey(&rec)
 		for retakes := 0; ; retakes++ {
-			err := s.retry(ctx, func() error { return s.applyOne(ctx, sc, fn, &rec, l.epoch, key) })
+			err := s.retry(ctx, func() error { return apply(ctx, sc, &rec, l.epoch, key) })
 			var fe *FencedError
 			if retakes == maxRetakes || !errors.As(err, &fe) {
 				return err
@@ -223,7 +233,11 @@ func (s *Store) applyOne(ctx context.Context, sc *schema, fn Effect, rec *runner
 			s.countApplied(ctx, 1)
 			return nil
 		}
-		return s.commitError(ctx, rec.String(), epoch, err)
+		err = s.commitError(ctx, rec.String(), epoch, err)
+		if fencedByTrigger(err) {
+			s.countFenced(ctx)
+		}
+		return err
 	}
 	s.countApplied(ctx, 1)
 	return nil
@@ -232,8 +246,7 @@ func (s *Store) applyOne(ctx context.Context, sc *schema, fn Effect, rec *runner
 // commitError classifies a failed COMMIT.
 func (s *Store) commitError(ctx context.Context, what string, epoch int64, err error) error {
 	switch {
-	case fencedByTrigger(err):
-		s.countFenced(ctx)
+	case fencedByTrigger(err): // counted by the caller
 		return &FencedError{Record: what, Epoch: epoch, Cause: err}
 	case isCode(err, belowMarkCode):
 		// Only a batch can get here (applyOne takes it as a replay): run
