@@ -235,13 +235,13 @@ func inboxRowsRead(t *testing.T, pool *pgxpool.Pool, d pgx.TraceQueryStartData) 
 	return read
 }
 
-// TestInboxPruneRoundIsBoundedByAnIndex: 200,000 rows whose dedup keys
+// TestInboxPruneRoundIsBoundedByAnIndex: 100,000 rows whose dedup keys
 // are younger than the dedup window sit below the prune bound. The round
 // that meets them deletes the rows without keys and moves the mark past
 // them; every later round that has nothing to delete reads a bounded
-// number of rows, not the 200,000 it keeps.
+// number of rows, not the 100,000 it keeps.
 func TestInboxPruneRoundIsBoundedByAnIndex(t *testing.T) {
-	const kept = 200_000
+	const kept = 100_000
 	ctx := context.Background()
 	base := inboxDB(t)
 	trace := &inboxStatements{prefixes: []string{"WITH", "DELETE", "UPDATE"}}

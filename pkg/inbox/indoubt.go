@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -115,6 +116,7 @@ func (s *Store) outcome(ctx context.Context, sc *schema, xid int64) xactOutcome 
 // outcome; a record whose partition went to another member may keep its
 // entry, which costs a few bytes.
 type doubts struct {
+	n  atomic.Int64 // len(m), read without the lock: every record asks
 	mu sync.Mutex
 	m  map[doubtKey]int64
 }
@@ -131,9 +133,13 @@ func (d *doubts) add(rec *runner.Record, xid int64) {
 		d.m = map[doubtKey]int64{}
 	}
 	d.m[doubtKey{rec.TP(), rec.Offset}] = xid
+	d.n.Store(int64(len(d.m)))
 }
 
 func (d *doubts) get(rec *runner.Record) (int64, bool) {
+	if d.n.Load() == 0 {
+		return 0, false
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	xid, ok := d.m[doubtKey{rec.TP(), rec.Offset}]
@@ -144,6 +150,7 @@ func (d *doubts) remove(rec *runner.Record) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.m, doubtKey{rec.TP(), rec.Offset})
+	d.n.Store(int64(len(d.m)))
 }
 
 // settled resolves a record left in doubt by an earlier attempt before a
