@@ -443,15 +443,22 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 			// the whole batch runs again.
 			return ferr
 		}
-		ub := &pgx.Batch{}
+		var err error
 		switch etx.state {
 		case spFailed:
 			return connError("savepoint for "+it.rec.String(), ferr)
 		case spEstablished:
-			ub.Queue("ROLLBACK TO SAVEPOINT " + etx.name)
+			// Over the simple protocol, in one round trip: if a statement
+			// of the effect failed, the transaction is aborted until the
+			// rollback, and pgx could not prepare a statement it has not
+			// prepared on this connection yet (an aborted transaction
+			// refuses Parse too).
+			_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+etx.name+"; "+sc.sql.unclaim,
+				pgx.QueryExecModeSimpleProtocol, s.group, tp.Topic, tp.Partition, it.rec.Offset)
+		default:
+			_, err = tx.Exec(ctx, sc.sql.unclaim, s.group, tp.Topic, tp.Partition, it.rec.Offset)
 		}
-		ub.Queue(sc.sql.unclaim, s.group, tp.Topic, tp.Partition, it.rec.Offset)
-		if err := tx.SendBatch(ctx, ub).Close(); err != nil {
+		if err != nil {
 			if retryable(err) {
 				return err
 			}
