@@ -77,12 +77,15 @@ unit:
 # Uses TIDEMARK_* from the environment, else .testbed/env when it exists;
 # without either the tests fail and say how to start the bed. The memory
 # bound test runs once more without -race, whose bookkeeping inflates the
-# heap: that run checks the tight bound.
+# heap: that run checks the tight bound. SERIAL_TESTS change server
+# settings of the bed, so they run after the parallel packages, alone.
+SERIAL_TESTS := ^TestInboxSyncStandbyNeverAnswers$$
 integration:
 	@if [ -z "$${TIDEMARK_KAFKA_BROKERS:-}" ] && [ -f "$(BED_ENV)" ]; then . "$(BED_ENV)"; fi; \
 	set -x; \
-	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration \
+	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -skip '$(SERIAL_TESTS)' \
 		$$($(GO) list -tags integration $(INTEGRATION_PKGS) | grep -vx '.*/integration/chaos'); \
+	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '$(SERIAL_TESTS)' ./integration/; \
 	$(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '^(TestBoundedMemory|TestFranzSourceMemory)$$' ./integration/; \
 	if [ "$(CHAOS)" != 0 ]; then \
 		TIDEMARK_CHAOS_DURATION=$${TIDEMARK_CHAOS_DURATION:-$(CHAOS_DURATION)} \

@@ -96,6 +96,7 @@ type childSpec struct {
 	Schema    string        `json:"schema,omitempty"`
 	Batch     int           `json:"batch,omitempty"`
 	BatchWait time.Duration `json:"batch_wait,omitempty"`
+	Queued    bool          `json:"queued,omitempty"` // inbox.QueuedHandler, not Handler
 	Size      int           `json:"size,omitempty"`
 
 	CPUProfile string `json:"cpu_profile,omitempty"`
@@ -111,6 +112,9 @@ type childResult struct {
 	Samples   int           `json:"samples,omitempty"`
 	// PerTransaction is the inbox's records per transaction (Batch).
 	PerTransaction float64 `json:"per_tx,omitempty"`
+	// RoundTrips is what the child's PostgreSQL pool sent over its whole
+	// run (inbox and INSERT consumers): queries, pipelines, prepares.
+	RoundTrips int64 `json:"round_trips,omitempty"`
 	// PeakRSSKiB is VmHWM of the child's own address space.
 	PeakRSSKiB int `json:"peak_rss_kib"`
 }
@@ -281,7 +285,8 @@ type meter struct {
 	latMu sync.Mutex
 	lat   []time.Duration
 
-	perTx float64 // set by the inbox consumer as it ends
+	perTx float64     // set by the inbox consumer as it ends
+	rt    *roundTrips // the PostgreSQL consumers' round trips, or nil
 }
 
 func newMeter(s childSpec) *meter {
@@ -373,6 +378,9 @@ func (m *meter) stopped() bool {
 
 func (m *meter) result() childResult {
 	r := childResult{Records: int(m.records), Seconds: m.end.Sub(m.first).Seconds(), WindowCPU: (m.endCPU - m.firstCPU).Seconds(), PerTransaction: m.perTx}
+	if m.rt != nil {
+		r.RoundTrips = m.rt.n.Load()
+	}
 	m.latMu.Lock()
 	defer m.latMu.Unlock()
 	if len(m.lat) > 0 {
@@ -636,7 +644,8 @@ func runTidemark(ctx context.Context, spec childSpec, m *meter) error {
 	}
 	var h runner.Handler
 	if spec.Handler == "inbox" {
-		pool, err := openPool(ctx, spec.DSN, spec.Schema)
+		m.rt = &roundTrips{}
+		pool, err := openTracedPool(ctx, spec.DSN, spec.Schema, m.rt)
 		if err != nil {
 			return err
 		}
@@ -658,6 +667,9 @@ func runTidemark(ctx context.Context, spec childSpec, m *meter) error {
 			}
 		}()
 		apply := store.Handler(insertEffect)
+		if spec.Queued {
+			apply = store.QueuedHandler(insertQueued)
+		}
 		h = func(ctx context.Context, rec runner.Record) error {
 			counts := m.begin(rec.Partition, rec.Value)
 			if err := apply(ctx, rec); err != nil {
@@ -739,7 +751,8 @@ const poolConns = 8
 func openPool(ctx context.Context, dsn, schema string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("TIDEMARK_PG_DSN: %w", err)
+		// Not pgx's message: it may quote the string, password included.
+		return nil, errors.New("TIDEMARK_PG_DSN is not a valid connection string")
 	}
 	if schema != "" {
 		cfg.ConnConfig.RuntimeParams["search_path"] = schema
@@ -761,7 +774,8 @@ func openPool(ctx context.Context, dsn, schema string) (*pgxpool.Pool, error) {
 // each its own transaction (autocommit), from poolConns connections at
 // once, the row shaped like the inbox workload's effect.
 func runInsertLoop(ctx context.Context, spec childSpec, m *meter) error {
-	pool, err := openPool(ctx, spec.DSN, spec.Schema)
+	m.rt = &roundTrips{}
+	pool, err := openTracedPool(ctx, spec.DSN, spec.Schema, m.rt)
 	if err != nil {
 		return err
 	}

@@ -22,8 +22,11 @@
 //	sleep        a handler sleeping -sleep: the sequential consumer against
 //	             tidemark at -concurrency, and min(C/L, no-op rate).
 //	cpu          -cpu-work of SHA-256 per record: sequential against tidemark.
-//	inbox        pkg/inbox, one record per transaction and Batch(n), against
-//	             a single-row INSERT per transaction loop on the same server.
+//	inbox        pkg/inbox, one record per transaction and Batch(n), with both
+//	             effect shapes, against a single-row INSERT per transaction
+//	             loop on the same server: the bed's, and (-durable) one the
+//	             bench starts with fsync and synchronous_commit on, its data
+//	             on disk (-durable-dir); round trips per record for each.
 //	concurrency  the scaling curve against -curve-concurrency (sleep handler).
 //	keys         the scaling curve against -curve-keys in key order.
 //	adapters     noop and sleep (both adapters); curves: concurrency and keys;
@@ -37,6 +40,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -44,6 +48,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
@@ -80,6 +85,8 @@ type config struct {
 	inboxRecords int
 	inboxBatch   int
 	inboxWait    time.Duration
+	inboxDurable bool
+	durableDir   string
 	latencyFor   time.Duration
 	latencyMax   float64
 	latencyLoad  float64
@@ -153,6 +160,9 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.inboxRecords, "inbox-records", 20_000, "records of the inbox workload")
 	fs.IntVar(&c.inboxBatch, "inbox-batch", 32, "inbox.Batch of the batched inbox run")
 	fs.DurationVar(&c.inboxWait, "inbox-batch-wait", 200*time.Microsecond, "inbox.BatchWait of the batched inbox run")
+	fs.BoolVar(&c.inboxDurable, "durable", true, "run the inbox workload on a PostgreSQL of the bench's own too, with fsync and synchronous_commit on")
+	fs.StringVar(&c.durableDir, "durable-dir", filepath.Join(cmp.Or(os.Getenv("TIDEMARK_TESTBED_DIR"), ".testbed"), "bench-pg"),
+		"where the durable server keeps its data: on disk, not tmpfs (a directory the postgres user can reach when run as root)")
 	fs.DurationVar(&c.latencyFor, "latency-for", 2*time.Second, "length of each consumer's paced latency phase (0: no latency)")
 	fs.Float64Var(&c.latencyMax, "latency-max-rate", 20_000, "highest records/s of the paced latency phase")
 	fs.Float64Var(&c.latencyLoad, "latency-load", 0.3, "rate of the paced latency phase as a share of the consumer's measured rate")
@@ -299,7 +309,9 @@ func run(ctx context.Context, c config) error {
 		case "cpu":
 			rows, err = b.cpu(ctx)
 		case "inbox":
-			rows, err = b.inbox(ctx)
+			var servers []Server
+			rows, servers, err = b.inbox(ctx)
+			rep.Servers = append(rep.Servers, servers...)
 		case "concurrency":
 			cv, err = b.concurrencyCurve(ctx)
 		case "keys":
@@ -348,7 +360,7 @@ func (c config) params() Params {
 	return Params{Workloads: c.workloads, Records: c.records, Partitions: c.partitions, Size: c.size, Keys: c.keys,
 		Concurrency: c.concurrency, NoopConcurrency: c.noopConc, Order: c.order, Adapters: c.adapters,
 		Sleep: c.sleep.String(), RunFor: c.runFor.String(), CPUWork: c.hashTook.String(), HashRounds: c.hashRounds,
-		InboxRecords: c.inboxRecords, InboxBatch: c.inboxBatch, InboxWait: c.inboxWait.String(),
+		InboxRecords: c.inboxRecords, InboxBatch: c.inboxBatch, InboxWait: c.inboxWait.String(), InboxDurable: c.inboxDurable,
 		LatencyFor: c.latencyFor.String(), LatencyMaxRate: c.latencyMax, LatencyLoad: c.latencyLoad, Repeat: c.repeat, HighWaterMark: c.high,
 		CurveConcurrency: c.curveConc, CurveKeys: c.curveKeys}
 }
@@ -357,7 +369,7 @@ func printReport(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "\n%d CPUs (%s), %s; load %s → %s; %.0fs in all\n\n", rep.Machine.CPUs, rep.Machine.CPUModel,
 		rep.Machine.GoVersion, rep.Machine.LoadBefore, rep.Machine.LoadAfter, rep.Seconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "workload\tconsumer\trecords\ts\trecords/s\tvs baseline\tof theory\tp50 ms\tp99 ms\tRSS MiB\tCPU s")
+	fmt.Fprintln(tw, "workload\tconsumer\trecords\ts\trecords/s\tvs baseline\tof theory\tp50 ms\tp99 ms\tRSS MiB\tCPU s\tPG round trips/record")
 	for _, r := range rep.Results {
 		ratio, theory, p50, p99 := "", "", "", ""
 		if r.Baseline != "" {
@@ -373,10 +385,19 @@ func printReport(w io.Writer, rep *Report) {
 		if r.PerTransaction > 0 {
 			consumer += fmt.Sprintf(" [%.1f/tx]", r.PerTransaction)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%.2f\n", r.Workload, consumer, r.Records, r.Seconds,
-			r.PerSecond, ratio, theory, p50, p99, r.PeakRSSMiB, r.CPUSeconds)
+		rt := ""
+		if r.RoundTrips > 0 {
+			rt = fmt.Sprintf("%.3f", r.RoundTrips)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%.2f\t%s\n", r.Workload, consumer, r.Records, r.Seconds,
+			r.PerSecond, ratio, theory, p50, p99, r.PeakRSSMiB, r.CPUSeconds, rt)
 	}
 	tw.Flush()
+	for _, s := range rep.Servers {
+		if s.FsyncTest != "" {
+			fmt.Fprintf(w, "\npg_test_fsync on the %s server's disk (%s):\n%s", s.Name, s.DataDir, s.FsyncTest)
+		}
+	}
 	for _, cv := range rep.Curves {
 		fmt.Fprintf(w, "\ncurve %s (%s); theory %s, ceiling %.0f/s\n", cv.Name, cv.Fixed, cv.Theory, cv.Ceiling)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -19,6 +19,8 @@ type Report struct {
 	Config  Params   `json:"config"`
 	Results []Result `json:"results"`
 	Curves  []Curve  `json:"curves,omitempty"`
+	// Servers are the PostgreSQL servers the inbox workload ran on.
+	Servers []Server `json:"servers,omitempty"`
 	// Seconds is the wall time of the whole run, producing included.
 	Seconds float64 `json:"seconds"`
 }
@@ -52,6 +54,7 @@ type Params struct {
 	InboxRecords     int      `json:"inbox_records"`
 	InboxBatch       int      `json:"inbox_batch"`
 	InboxWait        string   `json:"inbox_batch_wait"`
+	InboxDurable     bool     `json:"inbox_durable"`
 	LatencyFor       string   `json:"latency_for"`
 	LatencyMaxRate   float64  `json:"latency_max_rate"`
 	LatencyLoad      float64  `json:"latency_load"`
@@ -93,8 +96,11 @@ type Result struct {
 	WindowCPUSeconds float64 `json:"window_cpu_seconds,omitempty"`
 	// PerTransaction is the inbox's records per transaction when batched.
 	PerTransaction float64 `json:"records_per_tx,omitempty"`
-	Baseline       string  `json:"baseline,omitempty"`
-	Ratio          float64 `json:"ratio,omitempty"`
+	// RoundTrips is the PostgreSQL round trips per record of the inbox
+	// and INSERT consumers (counted by a pgx tracer over the whole run).
+	RoundTrips float64 `json:"round_trips_per_record,omitempty"`
+	Baseline   string  `json:"baseline,omitempty"`
+	Ratio      float64 `json:"ratio,omitempty"`
 	// RatioRuns are the ratios of each repetition; Ratio is their median.
 	RatioRuns   []float64 `json:"ratio_runs,omitempty"`
 	Theoretical float64   `json:"theoretical_per_second,omitempty"`

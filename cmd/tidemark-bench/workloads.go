@@ -167,11 +167,7 @@ func (b *bench) label(s childSpec) string {
 	}
 	l := fmt.Sprintf("tidemark over %s (%s, C=%d)", s.Adapter, s.Order, s.Concurrency)
 	if s.Handler == "inbox" {
-		if s.Batch > 1 {
-			l = fmt.Sprintf("tidemark+inbox Batch(%d) over %s (%s, C=%d)", s.Batch, s.Adapter, s.Order, s.Concurrency)
-		} else {
-			l = fmt.Sprintf("tidemark+inbox 1/tx over %s (%s, C=%d)", s.Adapter, s.Order, s.Concurrency)
-		}
+		l = inboxMode(s)
 	}
 	return l
 }
@@ -193,6 +189,9 @@ func (b *bench) measure(ctx context.Context, workload string, spec childSpec) (R
 	r.Records, r.Seconds, r.PerSecond = res.Records, res.Seconds, float64(res.Records)/res.Seconds
 	r.PeakRSSMiB, r.CPUSeconds, r.WindowCPUSeconds = u.PeakRSSMiB, u.CPUSeconds, res.WindowCPU
 	r.PerTransaction = res.PerTransaction
+	if res.RoundTrips > 0 && res.Records > 0 {
+		r.RoundTrips = float64(res.RoundTrips) / float64(res.Records)
+	}
 	b.logf("%-55s %9d records in %6.2fs  %10.0f/s  (%.1f CPU s)", r.Consumer, r.Records, r.Seconds, r.PerSecond, r.CPUSeconds)
 	return r, nil
 }
@@ -444,34 +443,72 @@ func (b *bench) handlerWorkload(ctx context.Context, workload, handler string, c
 	return rows, nil
 }
 
-// inbox: exactly-once effects through pkg/inbox, one record per
-// transaction and batched, against the single-row INSERT ceiling: the same
-// row inserted -inbox-records times, one per transaction, from as many
-// connections as the inbox's pool has, in the same run on the same server.
-func (b *bench) inbox(ctx context.Context) ([]Result, error) {
-	schema, cleanup, err := b.inboxSchema(ctx)
+// inbox: exactly-once effects through pkg/inbox — one record per
+// transaction and batched, with both effect shapes (Effect, QueuedEffect)
+// — against the single-row INSERT ceiling: the same row inserted
+// -inbox-records times, one per transaction, from as many connections as
+// the inbox's pool has, in the same run on the same server. It runs on the
+// bed's server (-dsn) and, with -durable, again on a server the bench
+// starts with fsync and synchronous_commit on and its data on disk, where
+// commits cost what they cost. Every row reports its round trips per
+// record.
+func (b *bench) inbox(ctx context.Context) ([]Result, []Server, error) {
+	bed := Server{Name: "bed"}
+	var err error
+	if bed.Settings, err = serverSettings(ctx, b.c.dsn); err != nil {
+		return nil, nil, err
+	}
+	servers := []Server{bed}
+	dsns := []string{b.c.dsn}
+	if b.c.inboxDurable {
+		b.logf("starting the durable PostgreSQL under %s and running pg_test_fsync", b.c.durableDir)
+		d, srv, err := startDurablePG(ctx, b.c.durableDir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("the durable server: %w", err)
+		}
+		defer d.stop()
+		servers = append(servers, *srv)
+		dsns = append(dsns, d.dsn)
+	}
+	n := b.c.inboxRecords
+	var rows []Result
+	for i, srv := range servers {
+		topic, err := b.produce(ctx, "inbox", n, b.c.keys)
+		if err != nil {
+			return nil, nil, err
+		}
+		r, err := b.inboxOn(ctx, dsns[i], describeServer(srv), topic)
+		b.drop(topic)
+		if err != nil {
+			return nil, nil, err
+		}
+		rows = append(rows, r...)
+	}
+	return rows, servers, nil
+}
+
+// inboxOn runs the inbox consumers and the ceiling on one server.
+func (b *bench) inboxOn(ctx context.Context, dsn, server, topic string) ([]Result, error) {
+	schema, cleanup, err := b.inboxSchema(ctx, dsn)
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
 	n := b.c.inboxRecords
-	topic, err := b.produce(ctx, "inbox", n, b.c.keys)
-	if err != nil {
-		return nil, err
-	}
-	defer b.drop(topic)
 	s := b.spec(insertLoop, "", "", "", 0)
-	s.Records, s.Schema = n, schema
+	s.Records, s.Schema, s.DSN = n, schema, dsn
 	specs := []childSpec{s}
-	for _, batch := range []int{1, b.c.inboxBatch} {
-		s := b.spec(tidemarkC, b.c.adapters[0], topic, "inbox", b.c.concurrency)
-		s.Records, s.Schema, s.Batch = n, schema, batch
-		if batch > 1 {
-			s.BatchWait = b.c.inboxWait
+	for _, queued := range []bool{false, true} {
+		for _, batch := range []int{1, b.c.inboxBatch} {
+			s := b.spec(tidemarkC, b.c.adapters[0], topic, "inbox", b.c.concurrency)
+			s.Records, s.Schema, s.Batch, s.Queued, s.DSN = n, schema, batch, queued, dsn
+			if batch > 1 {
+				s.BatchWait = b.c.inboxWait
+			}
+			specs = append(specs, s)
 		}
-		specs = append(specs, s)
 	}
-	rows, err := b.repeated(ctx, "inbox (one INSERT per record)", specs)
+	rows, err := b.repeated(ctx, "inbox on "+server, specs)
 	if err != nil {
 		return nil, err
 	}
@@ -482,12 +519,13 @@ func (b *bench) inbox(ctx context.Context) ([]Result, error) {
 }
 
 // inboxSchema creates a throwaway schema with the inbox migrated and the
-// effects table, and returns a func that drops it.
-func (b *bench) inboxSchema(ctx context.Context) (string, func(), error) {
+// effects table on dsn's server, and returns a func that drops it.
+func (b *bench) inboxSchema(ctx context.Context, dsn string) (string, func(), error) {
 	schema := fmt.Sprintf("bench_%d", time.Now().UnixNano())
-	admin, err := pgx.Connect(ctx, b.c.dsn)
+	admin, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return "", nil, fmt.Errorf("PostgreSQL at %s does not answer: %w (scripts/testbed up && source .testbed/env)", b.c.dsn, err)
+		// Not the DSN: it may hold a password.
+		return "", nil, fmt.Errorf("PostgreSQL does not answer: %w (scripts/testbed up && source .testbed/env)", err)
 	}
 	defer admin.Close(context.Background())
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
@@ -496,12 +534,12 @@ func (b *bench) inboxSchema(ctx context.Context) (string, func(), error) {
 	cleanup := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if conn, err := pgx.Connect(ctx, b.c.dsn); err == nil {
+		if conn, err := pgx.Connect(ctx, dsn); err == nil {
 			_, _ = conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
 			conn.Close(ctx)
 		}
 	}
-	pool, err := openPool(ctx, b.c.dsn, schema)
+	pool, err := openPool(ctx, dsn, schema)
 	if err != nil {
 		cleanup()
 		return "", nil, err

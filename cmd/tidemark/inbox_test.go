@@ -3,6 +3,7 @@ package main_test
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -18,18 +19,30 @@ func TestInboxMigrateArguments(t *testing.T) {
 		stdout string
 		stderr string
 	}{
-		{"help", []string{"inbox", "migrate", "-h"}, 0, "", "usage: tidemark inbox migrate --dsn DSN"},
-		{"no dsn", []string{"inbox", "migrate"}, 1, "", "--dsn is required"},
+		{"help", []string{"inbox", "migrate", "-h"}, 0, "", "usage: tidemark inbox migrate [--dsn DSN]"},
+		{"no database", []string{"inbox", "migrate"}, 1, "", "no database: pass --dsn, set TIDEMARK_PG_DSN, or set libpq's variables"},
+		{"bad dsn from the environment", []string{"inbox", "migrate"}, 1, "", "TIDEMARK_PG_DSN is not a valid connection string"},
 		{"bad dsn", []string{"inbox", "migrate", "--dsn", "postgres://u:secret@[::1"}, 1, "", "--dsn is not a valid connection string"},
 		{"extra argument", []string{"inbox", "migrate", "--dsn", "x", "now"}, 1, "", `unexpected argument "now"`},
 		{"bad timeout", []string{"inbox", "migrate", "--dsn", "x", "--timeout", "0s"}, 1, "", "--timeout 0s is not positive"},
 		{"unreachable", []string{"inbox", "migrate", "--dsn", "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"}, 1, "", "cannot use PostgreSQL"},
 		{"listed in help", []string{"help"}, 0, "inbox migrate", ""},
+		{"leases listed in help", []string{"help"}, 0, "inbox leases", ""},
+		{"leases help", []string{"inbox", "leases", "-h"}, 0, "", "usage: tidemark inbox leases --group G"},
+		{"leases without group", []string{"inbox", "leases", "--dsn", "x"}, 1, "", "--group is required"},
+		{"yes without reset", []string{"inbox", "leases", "--dsn", "x", "--group", "g", "--yes"}, 1, "", "--yes confirms --reset"},
+		{"leases bad dsn", []string{"inbox", "leases", "--dsn", "postgres://u:secret@[::1", "--group", "g"}, 1, "", "--dsn is not a valid connection string"},
 		{"inbox alone", []string{"inbox"}, 1, "", "usage: tidemark"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cmd := exec.Command(bin, tt.args...)
+			// No database from the test's environment, unless the case
+			// puts one there.
+			cmd.Env = withoutDatabase(os.Environ())
+			if tt.name == "bad dsn from the environment" {
+				cmd.Env = append(cmd.Env, "TIDEMARK_PG_DSN=postgres://u:secret@[::1")
+			}
 			var out, errOut bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errOut
 			err := cmd.Run()
@@ -51,4 +64,16 @@ func TestInboxMigrateArguments(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withoutDatabase is env without the variables that name a database.
+func withoutDatabase(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "TIDEMARK_PG_DSN=") || strings.HasPrefix(kv, "PG") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }

@@ -18,8 +18,9 @@ const usage = `usage: tidemark <command> [arguments]
 commands:
   lab offsets     replay a watermark trace: which offset is safe to commit
   inbox migrate   create or upgrade the inbox's PostgreSQL tables
+  inbox leases    list a group's partition leases; reset them (--reset --yes)
 
-Run "tidemark lab offsets -h" or "tidemark inbox migrate -h" for their flags.
+Run "tidemark <command> -h" (for example "tidemark inbox leases -h") for its flags.
 `
 
 // run dispatches to a command and returns the exit status.
@@ -29,6 +30,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return lab.Offsets(args[2:], stdin, stdout, stderr)
 	case len(args) >= 2 && args[0] == "inbox" && args[1] == "migrate":
 		return inboxcmd.Migrate(args[2:], stdout, stderr)
+	case len(args) >= 2 && args[0] == "inbox" && args[1] == "leases":
+		return inboxcmd.Leases(args[2:], stdout, stderr)
 	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
 		fmt.Fprint(stdout, usage)
 		return lab.ExitOK

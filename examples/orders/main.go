@@ -8,7 +8,7 @@
 // Configuration (flag, or the environment variable in brackets):
 //
 //	-brokers     Kafka seed brokers, comma-separated [TIDEMARK_KAFKA_BROKERS]
-//	-dsn         PostgreSQL connection string [TIDEMARK_PG_DSN]
+//	-dsn         PostgreSQL connection string [TIDEMARK_PG_DSN] (never printed)
 //	-group       consumer group (default orders) [ORDERS_GROUP]
 //	-topic       topic (default orders) [ORDERS_TOPIC]
 //	-dlq         dead-letter topic for malformed orders (default orders.dlq) [ORDERS_DLQ]
@@ -36,6 +36,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -84,7 +85,7 @@ type config struct {
 }
 
 func main() {
-	cfg, err := parseConfig(os.Args[1:])
+	cfg, err := parseConfig(os.Args[1:], os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "orders:", err)
 		os.Exit(2)
@@ -100,11 +101,14 @@ func env(name, def string) string {
 	return def
 }
 
-func parseConfig(args []string) (config, error) {
+func parseConfig(args []string, out io.Writer) (config, error) {
 	fs := flag.NewFlagSet("orders", flag.ContinueOnError)
+	fs.SetOutput(out)
 	var c config
 	brokers := fs.String("brokers", env("TIDEMARK_KAFKA_BROKERS", ""), "Kafka seed brokers, comma-separated")
-	fs.StringVar(&c.dsn, "dsn", env("TIDEMARK_PG_DSN", ""), "PostgreSQL connection string")
+	// Not env(...) as the default: the usage text prints a flag's default,
+	// and the connection string holds the password.
+	fs.StringVar(&c.dsn, "dsn", "", "PostgreSQL connection string (default $TIDEMARK_PG_DSN; prefer the variable: argv is visible to every user of the machine)")
 	fs.StringVar(&c.group, "group", env("ORDERS_GROUP", "orders"), "consumer group")
 	fs.StringVar(&c.topic, "topic", env("ORDERS_TOPIC", "orders"), "topic")
 	fs.StringVar(&c.dlq, "dlq", env("ORDERS_DLQ", "orders.dlq"), "dead-letter topic")
@@ -115,6 +119,9 @@ func parseConfig(args []string) (config, error) {
 	session := fs.String("session-timeout", env("ORDERS_SESSION_TIMEOUT", "10s"), "group session timeout")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.dsn == "" {
+		c.dsn = env("TIDEMARK_PG_DSN", "")
 	}
 	for _, b := range strings.Split(*brokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {
@@ -234,7 +241,8 @@ func run(cfg config, log *slog.Logger) int {
 
 	pool, err := pgxpool.New(ctx, cfg.dsn)
 	if err != nil {
-		return fail("database config", err)
+		// pgx's parse errors may quote the string, password included.
+		return fail("database config", errors.New("-dsn / TIDEMARK_PG_DSN is not a valid connection string"))
 	}
 	if err := createTables(ctx, pool); err != nil {
 		pool.Close()

@@ -25,6 +25,8 @@ import (
 type batcher struct {
 	s  *Store
 	fn Effect
+	// queued is the QueuedEffect of a QueuedHandler, instead of fn.
+	queued QueuedEffect
 	// apply runs a batch and sets each item's err: b.run, or a stand-in in
 	// the package's tests (which have no database).
 	apply func(batch []*item)
@@ -80,6 +82,11 @@ func (b *batcher) handle(ctx context.Context, rec runner.Record) error {
 	tp := rec.TP()
 	if _, ok := b.s.Epoch(tp); !ok {
 		return fmt.Errorf("%w (record %s)", ErrNoLease, rec.String())
+	}
+	// A record whose last batch's COMMIT is in doubt joins no batch until
+	// its outcome is known (a claim would wait on that transaction).
+	if done, err := b.s.settled(ctx, &rec); done || err != nil {
+		return err
 	}
 	it := &item{ctx: ctx, rec: rec, key: b.s.dedupKey(&rec), res: make(chan error, 1)}
 	b.mu.Lock()
@@ -271,13 +278,33 @@ func (b *batcher) run(batch []*item) {
 	defer cancel()
 	s := b.s
 	tp := batch[0].rec.TP()
-	epoch, _ := s.Epoch(tp)
-	err := s.retry(ctx, func() error {
-		for _, it := range batch {
-			it.err, it.applied, it.replay = nil, false, false
+	l, _ := s.lease(tp)
+	sc, err := s.resolve(ctx)
+	for retakes := 0; err == nil; retakes++ {
+		err = s.retry(ctx, func() error {
+			for _, it := range batch {
+				it.err, it.applied, it.replay = nil, false, false
+			}
+			if b.queued != nil {
+				return b.runQueued(ctx, sc, batch, l.epoch)
+			}
+			return b.runOnce(ctx, sc, batch, l.epoch)
+		})
+		var fe *FencedError
+		if retakes == maxRetakes || !errors.As(err, &fe) {
+			break
 		}
-		return b.runOnce(ctx, batch, epoch)
-	})
+		epoch, won, rerr := s.retake(ctx, sc, tp, l, fe.Current)
+		if rerr != nil {
+			err = rerr
+			break
+		}
+		if !won {
+			break
+		}
+		s.countFenced(ctx) // the refused attempt; the last one is counted below
+		l.epoch = epoch
+	}
 	if err == nil {
 		var applied, replays int64
 		for _, it := range batch {
@@ -340,11 +367,11 @@ func batchContext(batch []*item) (context.Context, context.CancelFunc) {
 // RELEASE per record; each record's has a name of its own (Batch's limit of
 // 64 bounds the nesting). A failed record is rolled back to its savepoint
 // and its inbox row, claimed before the savepoint, deleted.
-func (b *batcher) runOnce(ctx context.Context, batch []*item, epoch int64) error {
+func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch int64) error {
 	s := b.s
 	live := make([]*item, 0, len(batch))
 	offs := make([]int64, 0, len(batch))
-	keys := make([]*string, 0, len(batch))
+	keys := make([][]byte, 0, len(batch))
 	for _, it := range batch {
 		if err := it.ctx.Err(); err != nil {
 			it.err = err
@@ -352,7 +379,7 @@ func (b *batcher) runOnce(ctx context.Context, batch []*item, epoch int64) error
 		}
 		live = append(live, it)
 		offs = append(offs, it.rec.Offset)
-		keys = append(keys, it.key)
+		keys = append(keys, keyDigest(it.key))
 	}
 	if len(live) == 0 {
 		return nil
@@ -362,17 +389,18 @@ func (b *batcher) runOnce(ctx context.Context, batch []*item, epoch int64) error
 
 	pb := &pgx.Batch{}
 	pb.BeginTx(s.cfg.txOptions)
-	pb.Queue(s.sql.claimBatch, s.group, tp.Topic, tp.Partition, offs, keys, epoch)
+	pb.Queue(sc.sql.claimBatch, s.group, tp.Topic, tp.Partition, offs, keys, epoch)
 	br := s.pool.SendBatch(ctx, pb)
 	tx := br.Tx()
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	var (
 		current *int64
 		claimed []int64
+		xid     int64
 	)
 	_, err := br.Exec() // BEGIN
 	if err == nil {
-		err = br.QueryRow().Scan(&current, &claimed)
+		err = br.QueryRow().Scan(&current, &claimed, &xid)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -415,15 +443,22 @@ func (b *batcher) runOnce(ctx context.Context, batch []*item, epoch int64) error
 			// the whole batch runs again.
 			return ferr
 		}
-		ub := &pgx.Batch{}
+		var err error
 		switch etx.state {
 		case spFailed:
 			return connError("savepoint for "+it.rec.String(), ferr)
 		case spEstablished:
-			ub.Queue("ROLLBACK TO SAVEPOINT " + etx.name)
+			// Over the simple protocol, in one round trip: if a statement
+			// of the effect failed, the transaction is aborted until the
+			// rollback, and pgx could not prepare a statement it has not
+			// prepared on this connection yet (an aborted transaction
+			// refuses Parse too).
+			_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+etx.name+"; "+sc.sql.unclaim,
+				pgx.QueryExecModeSimpleProtocol, s.group, tp.Topic, tp.Partition, it.rec.Offset)
+		default:
+			_, err = tx.Exec(ctx, sc.sql.unclaim, s.group, tp.Topic, tp.Partition, it.rec.Offset)
 		}
-		ub.Queue(s.sql.unclaim, s.group, tp.Topic, tp.Partition, it.rec.Offset)
-		if err := tx.SendBatch(ctx, ub).Close(); err != nil {
+		if err != nil {
 			if retryable(err) {
 				return err
 			}
@@ -432,7 +467,18 @@ func (b *batcher) runOnce(ctx context.Context, batch []*item, epoch int64) error
 		it.err = fmt.Errorf("inbox: effect of %s: %w", it.rec.String(), ferr)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return s.commitError(ctx, what, epoch, err)
+		if !inDoubt(err) {
+			return s.commitError(ctx, what, epoch, err)
+		}
+		var recs []*runner.Record
+		for _, it := range live {
+			if it.applied {
+				recs = append(recs, &it.rec)
+			}
+		}
+		if applied, err := s.resolveCommit(ctx, sc, what, xid, err, recs); !applied {
+			return err
+		}
 	}
 	return nil
 }

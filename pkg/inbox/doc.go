@@ -30,7 +30,15 @@
 //     meaningful: after deleting and recreating a topic, start a new group.
 //   - Rows are deleted only by Prune or RunRetention, which need the group's
 //     committed offsets (CommittedFunc); without them the inbox grows by one
-//     row per record.
+//     row per record. What retention deleted stays applied: a partition's
+//     applied mark makes every record below it a replay, also when the
+//     group's committed offsets expire and it starts from the earliest.
+//   - Pass the member's Source with Owners: a lease bump that reaches the
+//     database late from an assignment that ended would otherwise leave
+//     the partition's real owner fenced until its next assignment.
+//   - An effect that only sends statements can be a QueuedEffect
+//     (QueuedHandler): a batch of them is one pipeline, about three round
+//     trips whatever its size.
 //
 // docs/inbox.md explains the model, the schema and why the fencing holds.
 package inbox

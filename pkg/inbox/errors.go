@@ -54,12 +54,14 @@ var ErrNoLease = errors.New("inbox: no lease for the partition; pass runner.OnAs
 // fencedByTrigger reports whether err is the fence trigger's refusal.
 func fencedByTrigger(err error) bool { return isCode(err, fencedCode) }
 
-// retryable reports whether err is a serialization failure or a deadlock:
-// PostgreSQL rolled the transaction back and running it again may succeed.
+// retryable reports whether err is a serialization failure or a deadlock —
+// PostgreSQL rolled the transaction back and running it again may succeed
+// — or a batch's commit refused for a record below the applied mark, which
+// the batch run again takes for a replay.
 func retryable(err error) bool {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
 		return false
 	}
-	return pe.Code == "40001" || pe.Code == "40P01"
+	return pe.Code == "40001" || pe.Code == "40P01" || pe.Code == belowMarkCode
 }

@@ -13,6 +13,8 @@ var (
 	SavepointNames = savepointNames[:]
 	LastMigration  = func() int { return migrations[len(migrations)-1].version }
 	LockKey        = lockKey
+	DollarQuote    = dollarQuote
+	InDoubt        = inDoubt
 )
 
 // DedupKeyOf returns the dedup key s gives rec.

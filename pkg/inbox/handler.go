@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -69,18 +70,53 @@ func (s *Store) Handler(fn Effect) runner.Handler {
 		b := newBatcher(s, fn)
 		return b.handle
 	}
+	return s.oneByOne(func(ctx context.Context, sc *schema, rec *runner.Record, epoch int64, key *string) error {
+		return s.applyOne(ctx, sc, fn, rec, epoch, key)
+	})
+}
+
+// oneByOne is the handler of one record per transaction around apply,
+// which runs the record's transaction once: the lease, the schema, a
+// COMMIT left in doubt by an earlier attempt, the retries of serialization
+// failures and deadlocks, and a lease taken back (Owners).
+func (s *Store) oneByOne(apply func(ctx context.Context, sc *schema, rec *runner.Record, epoch int64, key *string) error) runner.Handler {
 	return func(ctx context.Context, rec runner.Record) error {
-		epoch, ok := s.Epoch(rec.TP())
+		l, ok := s.lease(rec.TP())
 		if !ok {
 			return fmt.Errorf("%w (record %s)", ErrNoLease, rec.String())
 		}
+		sc, err := s.resolve(ctx)
+		if err != nil {
+			return err
+		}
+		if done, err := s.settled(ctx, &rec); done || err != nil {
+			return err
+		}
 		key := s.dedupKey(&rec)
-		return s.retry(ctx, func() error { return s.applyOne(ctx, fn, &rec, epoch, key) })
+		for retakes := 0; ; retakes++ {
+			err := s.retry(ctx, func() error { return apply(ctx, sc, &rec, l.epoch, key) })
+			var fe *FencedError
+			if retakes == maxRetakes || !errors.As(err, &fe) {
+				return err
+			}
+			epoch, won, rerr := s.retake(ctx, sc, rec.TP(), l, fe.Current)
+			if rerr != nil {
+				return rerr
+			}
+			if !won {
+				return err
+			}
+			l.epoch = epoch
+		}
 	}
 }
 
-// dedupKey returns the record's business key for the dedup_key column, nil
-// when it has none.
+// maxRetakes bounds how often one handler call takes its lease back (see
+// Owners) before it gives up with the FencedError: a lease that keeps
+// moving means the group is rebalancing, and the next assignment decides.
+const maxRetakes = 3
+
+// dedupKey returns the record's business key, nil when it has none.
 func (s *Store) dedupKey(rec *runner.Record) *string {
 	if s.cfg.dedup == nil {
 		return nil
@@ -90,6 +126,16 @@ func (s *Store) dedupKey(rec *runner.Record) *string {
 		return nil
 	}
 	return &k
+}
+
+// keyDigest is what the inbox stores of a dedup key: its SHA-256, so that a
+// key can be any bytes of any length; nil (NULL) for no key.
+func keyDigest(key *string) []byte {
+	if key == nil {
+		return nil
+	}
+	d := sha256.Sum256([]byte(*key))
+	return d[:]
 }
 
 // retry runs attempt until it returns something other than a serialization
@@ -132,10 +178,10 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // applyOne runs one record's transaction.
-func (s *Store) applyOne(ctx context.Context, fn Effect, rec *runner.Record, epoch int64, key *string) error {
+func (s *Store) applyOne(ctx context.Context, sc *schema, fn Effect, rec *runner.Record, epoch int64, key *string) error {
 	b := &pgx.Batch{}
 	b.BeginTx(s.cfg.txOptions)
-	b.Queue(s.sql.claim, s.group, rec.Topic, rec.Partition, rec.Offset, epoch, key)
+	b.Queue(sc.sql.claim, s.group, rec.Topic, rec.Partition, rec.Offset, epoch, keyDigest(key))
 	br := s.pool.SendBatch(ctx, b)
 	tx := br.Tx()
 	// After Commit this is a no-op; on every other path it ends the
@@ -144,10 +190,11 @@ func (s *Store) applyOne(ctx context.Context, fn Effect, rec *runner.Record, epo
 	var (
 		current *int64
 		claimed bool
+		xid     int64
 	)
 	_, err := br.Exec() // BEGIN
 	if err == nil {
-		err = br.QueryRow().Scan(&current, &claimed)
+		err = br.QueryRow().Scan(&current, &claimed, &xid)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -173,7 +220,24 @@ func (s *Store) applyOne(ctx context.Context, fn Effect, rec *runner.Record, epo
 		return fmt.Errorf("inbox: effect of %s: %w", rec.String(), err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return s.commitError(ctx, rec.String(), epoch, err)
+		if isCode(err, belowMarkCode) {
+			// Retention pruned the record's row while this transaction
+			// claimed it again: a replay, rolled back.
+			s.countReplays(ctx, 1)
+			return nil
+		}
+		if inDoubt(err) {
+			if applied, err := s.resolveCommit(ctx, sc, rec.String(), xid, err, []*runner.Record{rec}); !applied {
+				return err
+			}
+			s.countApplied(ctx, 1)
+			return nil
+		}
+		err = s.commitError(ctx, rec.String(), epoch, err)
+		if fencedByTrigger(err) {
+			s.countFenced(ctx)
+		}
+		return err
 	}
 	s.countApplied(ctx, 1)
 	return nil
@@ -182,9 +246,12 @@ func (s *Store) applyOne(ctx context.Context, fn Effect, rec *runner.Record, epo
 // commitError classifies a failed COMMIT.
 func (s *Store) commitError(ctx context.Context, what string, epoch int64, err error) error {
 	switch {
-	case fencedByTrigger(err):
-		s.countFenced(ctx)
+	case fencedByTrigger(err): // counted by the caller
 		return &FencedError{Record: what, Epoch: epoch, Cause: err}
+	case isCode(err, belowMarkCode):
+		// Only a batch can get here (applyOne takes it as a replay): run
+		// the batch again, and its claim finds the record below the mark.
+		return err
 	case retryable(err):
 		return err
 	case errors.Is(err, pgx.ErrTxCommitRollback):
@@ -192,9 +259,6 @@ func (s *Store) commitError(ctx context.Context, what string, epoch int64, err e
 		// did not return (or recovered from without a savepoint).
 		return fmt.Errorf("inbox: %s: the transaction was aborted by a statement of the effect that failed; the effect must return database errors: %w", what, err)
 	}
-	// The outcome may be unknown (the connection broke during COMMIT):
-	// the runner retries, and if the commit did happen the retry finds
-	// the inbox row.
 	return connError("committing "+what, err)
 }
 

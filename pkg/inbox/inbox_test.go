@@ -49,7 +49,7 @@ func TestNewValidates(t *testing.T) {
 		{"all options", pool, "g", []inbox.Option{inbox.Schema("s"), inbox.Owner("o"), inbox.DedupHeader("message-id"),
 			inbox.ReplayLimit(0), inbox.Batch(64), inbox.BatchWait(time.Millisecond), inbox.Retries(1),
 			inbox.TxOptions(pgx.TxOptions{IsoLevel: pgx.Serializable}), inbox.RetainRecords(0), inbox.RetainFor(time.Hour),
-			inbox.DedupWindow(time.Hour), inbox.PruneBatch(1), inbox.Logger(slog.New(slog.NewTextHandler(io.Discard, nil))), inbox.MeterProvider(nil)}, ""},
+			inbox.DedupWindow(time.Hour), inbox.PruneBatch(1), inbox.InDoubtTimeout(time.Second), inbox.Logger(slog.New(slog.NewTextHandler(io.Discard, nil))), inbox.MeterProvider(nil)}, ""},
 		{"nil pool", nil, "g", nil, "pool"},
 		{"empty group", pool, "", nil, "group"},
 		{"empty schema", pool, "g", []inbox.Option{inbox.Schema("")}, "Schema"},
@@ -65,7 +65,9 @@ func TestNewValidates(t *testing.T) {
 		{"negative age", pool, "g", []inbox.Option{inbox.RetainFor(-time.Second)}, "RetainFor"},
 		{"zero dedup window", pool, "g", []inbox.Option{inbox.DedupWindow(0)}, "DedupWindow"},
 		{"zero prune batch", pool, "g", []inbox.Option{inbox.PruneBatch(0)}, "PruneBatch"},
+		{"zero in-doubt timeout", pool, "g", []inbox.Option{inbox.InDoubtTimeout(0)}, "InDoubtTimeout"},
 		{"nil logger", pool, "g", []inbox.Option{inbox.Logger(nil)}, "Logger"},
+		{"nil coordinator", pool, "g", []inbox.Option{inbox.Owners(nil)}, "Owners"},
 		{"first bad option wins", pool, "g", []inbox.Option{inbox.Owner(""), inbox.Batch(0)}, "Owner"},
 	}
 	for _, tt := range tests {
@@ -183,7 +185,7 @@ func TestFencedError(t *testing.T) {
 }
 
 func TestRetryable(t *testing.T) {
-	for code, want := range map[string]bool{"40001": true, "40P01": true, "23505": false, "TM001": false, "57P01": false} {
+	for code, want := range map[string]bool{"40001": true, "40P01": true, "TM002": true, "23505": false, "TM001": false, "57P01": false} {
 		err := fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: code})
 		if got := inbox.Retryable(err); got != want {
 			t.Errorf("retryable(%s) = %v, want %v", code, got, want)
@@ -373,5 +375,50 @@ func TestSavepoints(t *testing.T) {
 func TestLockKeys(t *testing.T) {
 	if inbox.LockKey("a", "bc") == inbox.LockKey("ab", "c") {
 		t.Fatal("lock keys of different name lists collide")
+	}
+}
+
+// TestDollarQuote: the quoted body ends only where the quote says, whatever
+// tags the body holds.
+func TestDollarQuote(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"SELECT 1", "$fence$SELECT 1$fence$"},
+		{`FROM "x$fence$".t`, `$fence1$FROM "x$fence$".t$fence1$`},
+		{`"$fence$" "$fence1$"`, `$fence2$"$fence$" "$fence1$"$fence2$`},
+	} {
+		if got := inbox.DollarQuote(tc.body); got != tc.want {
+			t.Errorf("DollarQuote(%q) = %q, want %q", tc.body, got, tc.want)
+		}
+	}
+}
+
+// TestInDoubt: which COMMIT errors leave the outcome unknown (the Store
+// then asks PostgreSQL) and which say it rolled back; and what the
+// handler returns when it cannot learn it.
+func TestInDoubt(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"an error PostgreSQL answered", &pgconn.PgError{Severity: "ERROR", Code: "23505"}, false},
+		{"the fence", fmt.Errorf("commit: %w", &pgconn.PgError{Severity: "ERROR", Code: "TM001"}), false},
+		{"the transaction had failed", pgx.ErrTxCommitRollback, false},
+		{"the session ended (FATAL)", &pgconn.PgError{Severity: "FATAL", Code: "57P01"}, true},
+		{"the connection broke", io.ErrUnexpectedEOF, true},
+		{"ctx ended", context.DeadlineExceeded, true},
+		{"pgx's conn closed, marked safe to retry although the COMMIT was sent", pgconn.ErrConnClosed, true},
+	}
+	for _, tt := range tests {
+		if got := inbox.InDoubt(tt.err); got != tt.want {
+			t.Errorf("%s: in doubt = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	err := fmt.Errorf("handler: %w", &inbox.InDoubtError{Record: "t/0@5", XID: 42, Cause: io.ErrUnexpectedEOF})
+	if !errors.Is(err, runner.ErrOutcomeUnknown) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("%v does not unwrap to runner.ErrOutcomeUnknown and its cause", err)
+	}
+	if !strings.Contains(err.Error(), "t/0@5") || !strings.Contains(err.Error(), "42") {
+		t.Errorf("%q does not name the record and the transaction", err)
 	}
 }

@@ -15,21 +15,23 @@ import (
 type Option func(*config)
 
 type config struct {
-	schema        string
-	owner         string
-	dedup         func(rec *runner.Record) (string, bool)
-	replayLimit   int
-	batch         int
-	batchWait     time.Duration
-	retries       int
-	txOptions     pgx.TxOptions
-	retainRecords int64
-	retainFor     time.Duration
-	dedupWindow   time.Duration
-	pruneBatch    int
-	logger        *slog.Logger
-	meterProvider metric.MeterProvider
-	errs          []*ConfigError // from the options themselves; the first is reported
+	schema         string
+	owner          string
+	dedup          func(rec *runner.Record) (string, bool)
+	owners         Coordinator
+	replayLimit    int
+	batch          int
+	batchWait      time.Duration
+	retries        int
+	txOptions      pgx.TxOptions
+	retainRecords  int64
+	retainFor      time.Duration
+	dedupWindow    time.Duration
+	pruneBatch     int
+	inDoubtTimeout time.Duration
+	logger         *slog.Logger
+	meterProvider  metric.MeterProvider
+	errs           []*ConfigError // from the options themselves; the first is reported
 }
 
 // Defaults the options document.
@@ -39,6 +41,7 @@ const (
 	defaultRetainRecords = 1_000
 	defaultDedupWindow   = 7 * 24 * time.Hour
 	defaultPruneBatch    = 1_000
+	defaultInDoubt       = 5 * time.Second
 
 	// maxBatch is PostgreSQL's PGPROC_MAX_CACHED_SUBXIDS: a transaction with
 	// more subtransactions that wrote (one savepoint per record) overflows
@@ -49,13 +52,14 @@ const (
 
 func defaults() config {
 	return config{
-		replayLimit:   defaultReplayLimit,
-		batch:         1,
-		retries:       defaultRetries,
-		retainRecords: defaultRetainRecords,
-		dedupWindow:   defaultDedupWindow,
-		pruneBatch:    defaultPruneBatch,
-		logger:        slog.Default(),
+		replayLimit:    defaultReplayLimit,
+		batch:          1,
+		retries:        defaultRetries,
+		retainRecords:  defaultRetainRecords,
+		dedupWindow:    defaultDedupWindow,
+		pruneBatch:     defaultPruneBatch,
+		inDoubtTimeout: defaultInDoubt,
+		logger:         slog.Default(),
 	}
 }
 
@@ -84,12 +88,15 @@ func Owner(id string) Option {
 }
 
 // DedupKey gives records a business key (an order id, a message id) in
-// addition to their offset: a second record with the same key, at any
-// offset of any partition of the group, is treated as a replay — its
-// effect is not run and it counts as a replay. f returns the key and
-// whether the record has one; records without a key are deduplicated by
-// offset only. Keys are kept for DedupWindow. f is called from worker
-// goroutines and must be safe for concurrent use. Default none.
+// addition to their offset: a second record of the same topic with the
+// same key, at any offset of any of its partitions, is treated as a replay
+// — its effect is not run and it counts as a replay. Keys are scoped to
+// their topic: the same key on two topics the Store handles (an order and
+// its refund) is two events, and both are applied. A key is any bytes of
+// any length (the inbox keeps its SHA-256). f returns the key and whether
+// the record has one; records without a key are deduplicated by offset
+// only. Keys are kept for DedupWindow. f is called from worker goroutines
+// and must be safe for concurrent use. Default none.
 func DedupKey(f func(rec *runner.Record) (key string, ok bool)) Option {
 	return func(c *config) {
 		if f == nil {
@@ -100,8 +107,9 @@ func DedupKey(f func(rec *runner.Record) (key string, ok bool)) Option {
 }
 
 // DedupHeader is DedupKey with the value of the record's last header named
-// name (for example "message-id"); a record without it, or with an empty
-// value, has no key.
+// name (for example "message-id"), whatever its bytes; a record without
+// it, or with an empty value, has no key. Keys are per topic (see
+// DedupKey).
 func DedupHeader(name string) Option {
 	if name == "" {
 		return func(c *config) {
@@ -180,6 +188,17 @@ func DedupWindow(d time.Duration) Option { return func(c *config) { c.dedupWindo
 // short transaction, so retention never holds locks for long. Default 1,000.
 func PruneBatch(n int) Option { return func(c *config) { c.pruneBatch = n } }
 
+// InDoubtTimeout bounds how long a handler whose COMMIT's answer was lost
+// (the connection broke, or its ctx ended, while PostgreSQL committed)
+// keeps asking PostgreSQL, on another connection, whether the transaction
+// committed, as long as the handler's ctx lasts. Committed, the record is
+// applied and the handler returns nil; rolled back, it returns an ordinary
+// error for the runner's policy; still unknown at the bound (a COMMIT
+// waiting for a synchronous standby that does not answer, or a server that
+// cannot be reached), an *InDoubtError, which the runner retries whatever
+// its policy — never dead-lettered or skipped. Default 5s.
+func InDoubtTimeout(d time.Duration) Option { return func(c *config) { c.inDoubtTimeout = d } }
+
 // Logger sets the structured logger. Default slog.Default().
 func Logger(l *slog.Logger) Option {
 	return func(c *config) {
@@ -227,6 +246,8 @@ func (c *config) validate() error {
 		return bad("DedupWindow", "%v is not positive", c.dedupWindow)
 	case c.pruneBatch < 1:
 		return bad("PruneBatch", "%d is not positive", c.pruneBatch)
+	case c.inDoubtTimeout <= 0:
+		return bad("InDoubtTimeout", "%v is not positive", c.inDoubtTimeout)
 	}
 	return nil
 }

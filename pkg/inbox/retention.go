@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,38 +18,71 @@ import (
 // kadm.Client.FetchOffsets call (docs/inbox.md has one).
 type CommittedFunc func(ctx context.Context, tps []runner.TP) (map[runner.TP]int64, error)
 
-// Prune deletes tp's inbox rows that no replay can need any more: offsets
-// below committed-RetainRecords, and, when RetainFor is set, only rows
-// older than it. Rows with a dedup key must also be older than DedupWindow.
+// Prune deletes tp's inbox rows that no replay can need any more, and
+// remembers that it did: it raises the partition's applied low-water mark
+// in the same transaction as each DELETE, and a record below the mark is a
+// replay whether or not its row is still there (its effect is not run; the
+// runner counts it as replay-skipped, or the inbox as a replay). So
+// records are never applied twice because their rows were pruned — also
+// when the group's committed offsets are deleted or expire
+// (offsets.retention.minutes) and the group starts again from the earliest
+// offset.
+//
+// Rows without a dedup key go from the mark up to below
+// committed-RetainRecords; with RetainFor, the mark stops at the first row
+// younger than that. Rows with a dedup key stay until they are older than
+// DedupWindow (they catch the same key at other offsets), then go too.
 // committed is the group's committed offset for tp, as the broker
-// acknowledged it; pass nothing larger. Rows go in DELETEs of at most
-// PruneBatch rows, each its own short transaction, so Prune never holds many
-// locks and can be stopped between batches through ctx. It returns how many
-// rows it deleted, also when it fails part way.
+// acknowledged it; pass nothing larger: every offset below the mark must
+// have been consumed. A partition without a lease (no member ever took it)
+// is not pruned. Rows go in DELETEs of at most PruneBatch rows, each its
+// own short transaction, so Prune never holds many locks and can be
+// stopped between batches through ctx; each reads only the rows it deletes
+// and those it passes, so a round with nothing to delete costs nothing. It
+// returns how many rows it deleted, also when it fails part way.
 //
 // Prune is for code that runs retention itself; RunRetention is the loop
 // most services want.
 func (s *Store) Prune(ctx context.Context, tp runner.TP, committed int64) (int64, error) {
-	return s.prune(ctx, s.pool, tp, committed)
+	sc, err := s.resolve(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.prune(ctx, sc, tp, committed)
 }
 
-func (s *Store) prune(ctx context.Context, q querier, tp runner.TP, committed int64) (int64, error) {
+func (s *Store) prune(ctx context.Context, sc *schema, tp runner.TP, committed int64) (int64, error) {
 	bound := committed - s.cfg.retainRecords
 	if committed < 0 || bound <= 0 {
 		return 0, nil
 	}
 	var total int64
+	defer func() { s.countPruned(ctx, total) }()
 	for {
-		tag, err := q.Exec(ctx, s.sql.prune, s.group, tp.Topic, tp.Partition, bound,
-			s.cfg.retainFor.Microseconds(), s.cfg.dedupWindow.Microseconds(), s.cfg.pruneBatch)
+		var deleted, scanned, mark int64
+		err := s.pool.QueryRow(ctx, sc.sql.prune, s.group, tp.Topic, tp.Partition, bound,
+			s.cfg.retainFor.Microseconds(), s.cfg.pruneBatch).Scan(&deleted, &scanned, &mark)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return total, nil // no lease
+		}
 		if err != nil {
-			s.countPruned(ctx, total)
 			return total, connError("pruning "+tp.String(), err)
 		}
-		n := tag.RowsAffected()
-		total += n
-		if n < int64(s.cfg.pruneBatch) {
-			s.countPruned(ctx, total)
+		total += deleted
+		// Done when the scan reached the bound, or stopped at a row
+		// RetainFor keeps.
+		if scanned < int64(s.cfg.pruneBatch) || deleted < scanned {
+			break
+		}
+	}
+	for {
+		tag, err := s.pool.Exec(ctx, sc.sql.pruneKeys, s.group, tp.Topic, tp.Partition,
+			s.cfg.dedupWindow.Microseconds(), s.cfg.pruneBatch)
+		if err != nil {
+			return total, connError("pruning expired dedup keys of "+tp.String(), err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(s.cfg.pruneBatch) {
 			return total, nil
 		}
 	}
@@ -57,11 +91,14 @@ func (s *Store) prune(ctx context.Context, q querier, tp runner.TP, committed in
 // RunRetention prunes, every interval, each partition that has a lease in
 // the group, below the offsets committed returns (see Prune). It blocks
 // until ctx is done and then returns ctx.Err(). Start it on one goroutine
-// of your own, beside the runner; every replica may run it: a round runs
-// only where it gets the group's retention lock (a session advisory lock,
-// released when the round ends or its connection dies), so one replica
-// prunes at a time and the others skip that round. A failed round is logged
-// and the next one tries again.
+// of your own, beside the runner; every replica may run it: the group runs
+// one round per interval, on the replica that takes the group's retention
+// lease (a row in tidemark_inbox_retention, not a session lock, so it works
+// through a pooler in transaction mode such as PgBouncer), and the others
+// skip. The lease lasts the round and then until interval after the
+// round's start; a replica that dies in a round holds it for at most two
+// minutes after its last partition. A failed round is logged and the next
+// one tries again.
 func (s *Store) RunRetention(ctx context.Context, interval time.Duration, committed CommittedFunc) error {
 	if interval <= 0 {
 		return &ConfigError{Option: "RunRetention", Reason: fmt.Sprintf("interval %v is not positive", interval)}
@@ -72,7 +109,7 @@ func (s *Store) RunRetention(ctx context.Context, interval time.Duration, commit
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if n, ran, err := s.retentionRound(ctx, committed); err != nil {
+		if n, ran, err := s.retentionRound(ctx, committed, interval); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -88,34 +125,49 @@ func (s *Store) RunRetention(ctx context.Context, interval time.Duration, commit
 	}
 }
 
-// retentionRound prunes every leased partition of the group if it gets the
-// group's retention lock; ran is false when another Store held it.
-func (s *Store) retentionRound(ctx context.Context, committed CommittedFunc) (pruned int64, ran bool, err error) {
-	conn, err := s.pool.Acquire(ctx)
+// RetentionRound runs one retention round now — Prune for every partition
+// with a lease in the group, below the offsets committed returns — unless
+// another Store of the group holds the group's retention lease (its round
+// runs, or its RunRetention ran one less than an interval ago); ran reports
+// which. It is RunRetention's round, for code that schedules retention
+// itself (a cron job); it releases the lease when it returns.
+func (s *Store) RetentionRound(ctx context.Context, committed CommittedFunc) (pruned int64, ran bool, err error) {
+	if committed == nil {
+		return 0, false, &ConfigError{Option: "RetentionRound", Reason: "nil CommittedFunc"}
+	}
+	return s.retentionRound(ctx, committed, 0)
+}
+
+// retentionTTL is how long the retention lease lasts without a renewal; a
+// round renews it before each partition.
+const retentionTTL = 2 * time.Minute
+
+// retentionRound prunes every leased partition of the group if it takes
+// the group's retention lease, which it keeps until hold after the round's
+// start; ran is false when another Store held it.
+func (s *Store) retentionRound(ctx context.Context, committed CommittedFunc, hold time.Duration) (pruned int64, ran bool, err error) {
+	sc, err := s.resolve(ctx)
 	if err != nil {
-		return 0, false, connError("retention", err)
+		return 0, false, err
 	}
-	defer conn.Release()
-	key := lockKey("tidemark.inbox.retention", s.n.schema, s.group)
-	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
-		return 0, false, connError("retention lock", err)
-	}
-	if !got {
+	ttl := retentionTTL.Microseconds()
+	var started time.Time
+	err = s.pool.QueryRow(ctx, sc.sql.retentionClaim, s.group, s.holder, ttl).Scan(&started)
+	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
+	if err != nil {
+		return 0, false, connError("retention lease", err)
+	}
 	defer func() {
-		// A session lock outlives the round if not released; if the
-		// unlock fails the connection is suspect, so close it (which
-		// releases the lock) rather than return it to the pool.
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		// Released on another context: a round stopped by ctx still lets
+		// the next one run on time. If this fails the lease expires.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, err := conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
-			_ = conn.Hijack().Close(uctx)
-		}
+		_, _ = s.pool.Exec(rctx, sc.sql.retentionRelease, s.group, s.holder, started.Add(hold))
 	}()
 
-	rows, err := conn.Query(ctx, s.sql.partitions, s.group)
+	rows, err := s.pool.Query(ctx, sc.sql.partitions, s.group)
 	if err != nil {
 		return 0, true, connError("retention: listing partitions", err)
 	}
@@ -139,7 +191,14 @@ func (s *Store) retentionRound(ctx context.Context, committed CommittedFunc) (pr
 		if !ok || off < 0 {
 			continue
 		}
-		n, err := s.prune(ctx, conn, tp, off)
+		tag, err := s.pool.Exec(ctx, sc.sql.retentionRenew, s.group, s.holder, ttl)
+		if err != nil {
+			return pruned, true, connError("retention lease", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return pruned, true, errors.New("inbox: retention: the round outlived its lease and another Store took it; stopping this round")
+		}
+		n, err := s.prune(ctx, sc, tp, off)
 		pruned += n
 		if err != nil {
 			return pruned, true, err

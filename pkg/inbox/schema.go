@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -17,12 +18,21 @@ const (
 	inboxTable      = "tidemark_inbox"
 	leaseTable      = "tidemark_lease"
 	migrationsTable = "tidemark_inbox_migrations"
+	retentionTable  = "tidemark_inbox_retention"
 	fenceFunc       = "tidemark_inbox_fence"
+	leaseLockFunc   = "tidemark_lease_lock"
+	dedupCompatFunc = "tidemark_inbox_dedup_compat"
 )
 
 // fencedCode is the SQLSTATE the fence trigger raises when an inbox row is
 // committed under a lease epoch that is no longer the partition's.
 const fencedCode = "TM001"
+
+// belowMarkCode is the SQLSTATE the fence trigger raises when an inbox row
+// is committed below its partition's applied low-water mark: retention
+// deleted the offset's row after the claim looked, so the record is a
+// replay.
+const belowMarkCode = "TM002"
 
 // names are the SQL names of the inbox's objects, schema-qualified when a
 // Schema was given.
@@ -31,17 +41,35 @@ type names struct {
 	inbox      string
 	lease      string
 	migrations string
+	retention  string
 	fence      string
 }
 
-func newNames(schema string) names {
-	q := func(name string) string {
-		if schema == "" {
-			return pgx.Identifier{name}.Sanitize()
-		}
-		return pgx.Identifier{schema, name}.Sanitize()
+// dollarQuote quotes body as a PostgreSQL dollar-quoted string with a tag
+// body does not contain, so that no name in body — a schema may be called
+// anything, "$fence$" included — can end the string early.
+func dollarQuote(body string) string {
+	tag := "$fence$"
+	for i := 1; strings.Contains(body, tag); i++ {
+		tag = "$fence" + strconv.Itoa(i) + "$"
 	}
-	return names{schema: schema, inbox: q(inboxTable), lease: q(leaseTable), migrations: q(migrationsTable), fence: q(fenceFunc)}
+	return tag + body + tag
+}
+
+func newNames(schema string) names {
+	q := func(name string) string { return qualify(schema, name) }
+	return names{schema: schema, inbox: q(inboxTable), lease: q(leaseTable), migrations: q(migrationsTable),
+		retention: q(retentionTable), fence: q(fenceFunc)}
+}
+
+// q qualifies the name of an object of the inbox with the names' schema.
+func (n names) q(name string) string { return qualify(n.schema, name) }
+
+func qualify(schema, name string) string {
+	if schema == "" {
+		return pgx.Identifier{name}.Sanitize()
+	}
+	return pgx.Identifier{schema, name}.Sanitize()
 }
 
 // migration is one version of the schema. Migrations are only ever added,
@@ -88,32 +116,157 @@ CREATE UNIQUE INDEX ` + pgx.Identifier{inboxTable + "_dedup"}.Sanitize() + ` ON 
 -- and holds the lease row FOR SHARE until the commit is done. A lease bump
 -- (an UPDATE of the row) therefore waits for a committing old owner, and
 -- an old owner that commits after a bump fails here and rolls back.
-CREATE FUNCTION ` + n.fence + `() RETURNS trigger LANGUAGE plpgsql AS $fence$
+CREATE FUNCTION ` + n.fence + `() RETURNS trigger LANGUAGE plpgsql AS ` + dollarQuote(`
 DECLARE
 	current bigint;
 BEGIN
-	SELECT l.epoch INTO current FROM ` + n.lease + ` l
+	SELECT l.epoch INTO current FROM `+n.lease+` l
 	 WHERE l.group_id = NEW.group_id AND l.topic = NEW.topic AND l.partition = NEW.partition
 	   FOR SHARE;
 	IF current IS DISTINCT FROM NEW.epoch THEN
-		RAISE EXCEPTION USING ERRCODE = '` + fencedCode + `',
+		RAISE EXCEPTION USING ERRCODE = '`+fencedCode+`',
 			MESSAGE = format('tidemark inbox: fenced: %s/%s@%s was applied under lease epoch %s, the partition''s lease is at epoch %s',
 				NEW.topic, NEW.partition, NEW."offset", NEW.epoch, coalesce(current::text, 'none'));
 	END IF;
 	RETURN NULL;
 END
-$fence$;
+`) + `;
 CREATE CONSTRAINT TRIGGER ` + pgx.Identifier{inboxTable + "_fence"}.Sanitize() + `
 	AFTER INSERT ON ` + n.inbox + `
 	DEFERRABLE INITIALLY DEFERRED
 	FOR EACH ROW EXECUTE FUNCTION ` + n.fence + `();
 `
 	},
-}}
+},
+
+	{
+		version:     2,
+		description: "a fence no session setting switches off, with no row lock under read committed; dedup keys of any bytes, per topic; the applied low-water mark; a retention lease; the member id of each lease",
+		sql: func(n names) string {
+			return `
+-- The applied low-water mark: every offset of the partition below it was
+-- consumed by the group (its effect applied, or the record dead-lettered
+-- or skipped), whether or not its inbox row is still there. Retention
+-- raises it in the transaction that deletes the rows below it, so a
+-- record below it is a replay even after its row is gone and the group's
+-- committed offsets with it.
+ALTER TABLE ` + n.lease + ` ADD COLUMN applied_below bigint NOT NULL DEFAULT 0;
+-- The Kafka member id of the assignment the lease was taken for, for
+-- people comparing it with the group's description.
+ALTER TABLE ` + n.lease + ` ADD COLUMN member text;
+COMMENT ON COLUMN ` + n.lease + `.member IS 'tidemark: the Kafka member id of the assignment the lease was taken for, NULL when the source did not know it';
+COMMENT ON COLUMN ` + n.lease + `.applied_below IS 'tidemark: every offset below it was consumed by the group; raised by retention with the rows it deletes';
+-- Which Store runs the group's retention round, until when. A row rather
+-- than a session advisory lock: it works through a pooler in transaction
+-- mode (PgBouncer), where consecutive statements of one client run in
+-- different sessions.
+CREATE TABLE ` + n.retention + ` (
+	group_id text        PRIMARY KEY,
+	holder   text        NOT NULL,
+	until    timestamptz NOT NULL
+);
+COMMENT ON TABLE ` + n.retention + ` IS 'tidemark: the Store running each group''s retention round, and until when';
+
+-- Dedup keys are any bytes: the table keeps their SHA-256 (dedup_hash),
+-- unique per topic, instead of the key as text (which refused keys that
+-- are not UTF-8 or hold a NUL, and long ones: a btree row holds at most
+-- about 2.7 kB). dedup_key keeps the digest in hex, so that a build of
+-- version 1 running retention during a rolling upgrade still sees the row
+-- as keyed. Rows of version 1 get the digest of their key; a build of
+-- version 1 inserting a key gets it from the trigger below, so both builds
+-- find each other's keys.
+ALTER TABLE ` + n.inbox + ` ADD COLUMN dedup_hash bytea;
+COMMENT ON COLUMN ` + n.inbox + `.dedup_hash IS 'tidemark: SHA-256 of the record''s dedup key (DedupKey), unique per group and topic';
+COMMENT ON COLUMN ` + n.inbox + `.dedup_key IS 'tidemark: the dedup key''s SHA-256 in hex (version 1: the key itself)';
+UPDATE ` + n.inbox + ` SET dedup_hash = sha256(convert_to(dedup_key, 'UTF8')) WHERE dedup_key IS NOT NULL;
+DROP INDEX ` + n.q(inboxTable+"_dedup") + `;
+CREATE UNIQUE INDEX ` + pgx.Identifier{inboxTable + "_dedup_hash"}.Sanitize() + ` ON ` + n.inbox + ` (group_id, topic, dedup_hash)
+	WHERE dedup_hash IS NOT NULL;
+CREATE FUNCTION ` + n.q(dedupCompatFunc) + `() RETURNS trigger LANGUAGE plpgsql AS ` + dollarQuote(`
+BEGIN
+	NEW.dedup_hash := sha256(convert_to(NEW.dedup_key, 'UTF8'));
+	RETURN NEW;
+END
+`) + `;
+CREATE TRIGGER ` + pgx.Identifier{dedupCompatFunc}.Sanitize() + ` BEFORE INSERT ON ` + n.inbox + `
+	FOR EACH ROW WHEN (NEW.dedup_hash IS NULL AND NEW.dedup_key IS NOT NULL)
+	EXECUTE FUNCTION ` + n.q(dedupCompatFunc) + `();
+ALTER TABLE ` + n.inbox + ` ENABLE ALWAYS TRIGGER ` + pgx.Identifier{dedupCompatFunc}.Sanitize() + `;
+-- Retention expires dedup keys by age, without reading the unexpired ones.
+CREATE INDEX ` + pgx.Identifier{inboxTable + "_dedup_expiry"}.Sanitize() + ` ON ` + n.inbox + ` (group_id, topic, partition, applied_at)
+	WHERE dedup_hash IS NOT NULL;
+
+-- The lease lock: every change of a lease's epoch — a bump by any build,
+-- or a reset — takes the partition's advisory lock for the rest of its
+-- transaction, whoever sends it.
+CREATE FUNCTION ` + n.q(leaseLockFunc) + `() RETURNS trigger LANGUAGE plpgsql AS ` + dollarQuote(`
+BEGIN
+	PERFORM pg_advisory_xact_lock(`+leaseKeySQL+`);
+	RETURN NEW;
+END
+`) + `;
+CREATE TRIGGER ` + pgx.Identifier{leaseLockFunc}.Sanitize() + ` BEFORE INSERT OR UPDATE OF epoch ON ` + n.lease + `
+	FOR EACH ROW EXECUTE FUNCTION ` + n.q(leaseLockFunc) + `();
+ALTER TABLE ` + n.lease + ` ENABLE ALWAYS TRIGGER ` + pgx.Identifier{leaseLockFunc}.Sanitize() + `;
+
+-- The fence. Under READ COMMITTED it holds the partition's advisory lock
+-- shared, rather than the lease row FOR SHARE: the two exclude a bump the
+-- same way, but every share lock two transactions hold on one row at once
+-- costs a multixact id, which sends the table into anti-wraparound vacuums
+-- under load, and an advisory lock costs none. The SELECT after the lock
+-- takes a new snapshot (READ COMMITTED), so it sees a bump that committed
+-- while the fence waited for it. REPEATABLE READ and SERIALIZABLE read the
+-- transaction's snapshot, which may be older than a committed bump; the
+-- row lock makes such a read fail with a serialization error instead.
+CREATE OR REPLACE FUNCTION ` + n.fence + `() RETURNS trigger LANGUAGE plpgsql AS ` + dollarQuote(`
+DECLARE
+	current bigint;
+	below   bigint;
+BEGIN
+	IF current_setting('transaction_isolation') = 'read committed' THEN
+		PERFORM pg_advisory_xact_lock_shared(`+leaseKeySQL+`);
+		SELECT l.epoch, l.applied_below INTO current, below FROM `+n.lease+` l
+		 WHERE l.group_id = NEW.group_id AND l.topic = NEW.topic AND l.partition = NEW.partition;
+	ELSE
+		SELECT l.epoch, l.applied_below INTO current, below FROM `+n.lease+` l
+		 WHERE l.group_id = NEW.group_id AND l.topic = NEW.topic AND l.partition = NEW.partition
+		   FOR SHARE;
+	END IF;
+	IF current IS DISTINCT FROM NEW.epoch THEN
+		RAISE EXCEPTION USING ERRCODE = '`+fencedCode+`',
+			MESSAGE = format('tidemark inbox: fenced: %s/%s@%s was applied under lease epoch %s, the partition''s lease is at epoch %s',
+				NEW.topic, NEW.partition, NEW."offset", NEW.epoch, coalesce(current::text, 'none'));
+	END IF;
+	-- Retention deleted this offset's row and raised the mark after the
+	-- claim looked (the claim waited for the delete, then found no row):
+	-- the record is a replay.
+	IF NEW."offset" < below THEN
+		RAISE EXCEPTION USING ERRCODE = '`+belowMarkCode+`',
+			MESSAGE = format('tidemark inbox: replay: %s/%s@%s is below the partition''s applied mark %s',
+				NEW.topic, NEW.partition, NEW."offset", below);
+	END IF;
+	RETURN NULL;
+END
+`) + `;
+
+-- The fence fires whatever the session's session_replication_role: under
+-- "replica" (set by a session, or by an effect with SET LOCAL) an ordinary
+-- trigger does not, and an old owner would commit after the lease moved.
+ALTER TABLE ` + n.inbox + ` ENABLE ALWAYS TRIGGER ` + pgx.Identifier{inboxTable + "_fence"}.Sanitize() + `;
+`
+		},
+	},
+}
+
+// leaseKeySQL is the advisory lock key of NEW's partition, in the fence and
+// the lease lock alike. Two partitions whose keys collide share a lock:
+// their bumps and commits wait for each other, which costs time, never
+// correctness.
+const leaseKeySQL = `hashtextextended(NEW.group_id || '/' || NEW.topic || '/' || NEW.partition::text, 7468)`
 
 // SchemaVersion is the schema version this build writes and needs: the
 // version of its last migration.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // ErrNotMigrated is returned, wrapped, by Check and by the assign hook when
 // the inbox's tables are missing or older than this build needs.
@@ -164,7 +317,11 @@ func Version(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (int, erro
 // migrate applies the missing migrations and returns the versions it
 // applied.
 func migrate(ctx context.Context, pool *pgxpool.Pool, n names, cfg config) ([]int, error) {
-	tx, err := pool.Begin(ctx)
+	// READ COMMITTED whatever the role's default_transaction_isolation:
+	// under REPEATABLE READ the snapshot would be taken before the lock is
+	// granted, and a replica that waited for another's migration would
+	// not see it, run it again and fail ("relation already exists").
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return nil, connError("migrate", err)
 	}

@@ -14,7 +14,7 @@ const instrumentation = "github.com/tidemark/tidemark/pkg/inbox"
 // concurrent use). Each counter mirrors a field of Stats.
 type telemetry struct {
 	applied, replays, fenced, retries metric.Int64Counter
-	leases, pruned                    metric.Int64Counter
+	leases, pruned, retaken           metric.Int64Counter
 	batchSize                         metric.Int64Histogram // nil unless batching
 }
 
@@ -36,6 +36,7 @@ func newTelemetry(mp metric.MeterProvider, batching bool) (*telemetry, error) {
 		retries: counter("tidemark.inbox.retries", "Inbox transactions run again after a serialization failure or deadlock."),
 		leases:  counter("tidemark.inbox.leases", "Partition lease epochs taken on assignment."),
 		pruned:  counter("tidemark.inbox.pruned", "Inbox rows deleted by retention."),
+		retaken: counter("tidemark.inbox.retaken", "Partition leases taken back from a late bump of an ended assignment, because the group coordinator said this member owns the partition."),
 	}
 	if batching {
 		h, err := m.Int64Histogram("tidemark.inbox.batch.size", metric.WithDescription("Records per inbox transaction with Batch."))
@@ -79,6 +80,11 @@ func (s *Store) countLease(ctx context.Context, loaded int) {
 	s.stats.leases.Add(1)
 	s.stats.loaded.Add(int64(loaded))
 	s.tel.leases.Add(ctx, 1)
+}
+
+func (s *Store) countRetaken(ctx context.Context) {
+	s.stats.retaken.Add(1)
+	s.tel.retaken.Add(ctx, 1)
 }
 
 func (s *Store) countPruned(ctx context.Context, n int64) {

@@ -144,6 +144,15 @@ type DeadLetterWriter interface {
 // counted in tidemark.records.fenced.
 var ErrFenced = errors.New("runner: fenced by a newer owner")
 
+// ErrOutcomeUnknown is returned, wrapped, by a handler that cannot tell
+// whether its attempt took effect (pkg/inbox: a COMMIT whose answer was
+// lost, and whose transaction it could not find committed or rolled back in
+// time). The record is retried with backoff whatever the failure policy:
+// it is never skipped or dead-lettered, since it may have been applied, and
+// a later attempt learns which (the inbox finds its row). Attempts that
+// fail this way count toward the policy's attempts like any other.
+var ErrOutcomeUnknown = errors.New("runner: outcome of the attempt unknown")
+
 // AssignHook runs once for each assignment report (Sink.Assigned), with
 // all of its partitions, before any of their records run, on the source's
 // goroutine (so a revoke or fetch waits for it). It can take leases on the

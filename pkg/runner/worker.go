@@ -178,7 +178,10 @@ func (r *Runner) execute(t *task) {
 		t.fail.Store(&failure{attempts: attempt, err: err.Error()})
 		span.RecordError(err)
 		pol := r.cfg.policy
-		if pol.kind != policyBlock && attempt >= pol.attempts {
+		// An attempt whose outcome is unknown may have been applied:
+		// skipping or dead-lettering it could report an applied record as
+		// failed, so it is retried as under Block.
+		if pol.kind != policyBlock && attempt >= pol.attempts && !errors.Is(err, ErrOutcomeUnknown) {
 			if pol.kind == policySkip {
 				r.log.Error("record skipped after its last attempt", "record", rec.String(), "attempts", attempt, "err", err)
 				r.tel.skipped.Add(ctx, 1)

@@ -97,10 +97,12 @@ func run(n, partitions int) error {
 		if err != nil {
 			return nil, err
 		}
-		cmd := exec.Command(bin, "-brokers", brokers, "-dsn", svcDSN, "-group", group, "-topic", topic,
+		cmd := exec.Command(bin, "-brokers", brokers, "-group", group, "-topic", topic,
 			"-dlq", topic+".dlq", "-http", "127.0.0.1:"+port)
 		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.Env = append(os.Environ(), "TIDEMARK_SHUTDOWN_BUDGET=15s")
+		// The connection string in the environment, not in argv, where
+		// every user of the machine can read its password (ps).
+		cmd.Env = append(os.Environ(), "TIDEMARK_SHUTDOWN_BUDGET=15s", "TIDEMARK_PG_DSN="+svcDSN)
 		if err := cmd.Start(); err != nil {
 			return nil, err
 		}

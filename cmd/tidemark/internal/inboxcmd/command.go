@@ -1,5 +1,5 @@
 // Package inboxcmd is `tidemark inbox`: operations on the PostgreSQL schema
-// of pkg/inbox.
+// of pkg/inbox — migrate it, list and reset a group's partition leases.
 package inboxcmd
 
 import (
@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,70 +24,135 @@ const (
 	ExitError = 1
 )
 
+// dsnHelp is the part of every command's usage that says where the
+// connection string comes from.
+const dsnHelp = `The database is --dsn, else $TIDEMARK_PG_DSN, else libpq's variables
+(PGHOST, PGPORT, PGDATABASE, PGUSER, PGPASSWORD, PGPASSFILE, PGSERVICE,
+PGSSLMODE, ...). Prefer a variable or a password file to --dsn: a password
+in the arguments is visible to every user of the machine (ps).
+`
+
+// libpqVars are the variables that name a server without a connection
+// string; one of them set means "connect as libpq would".
+var libpqVars = []string{"PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE"}
+
+// common are the flags every inbox command has.
+type common struct {
+	fs      *flag.FlagSet
+	dsn     *string
+	schema  *string
+	timeout *time.Duration
+}
+
+func newCommon(name string, stderr io.Writer) *common {
+	fs := flag.NewFlagSet("tidemark inbox "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return &common{
+		fs:      fs,
+		dsn:     fs.String("dsn", "", "PostgreSQL connection `string` (URL or key=value); default $TIDEMARK_PG_DSN, else libpq's PG* variables"),
+		schema:  fs.String("schema", "", "schema of the inbox's tables (default: the first of the search_path)"),
+		timeout: fs.Duration("timeout", time.Minute, "give up after this long"),
+	}
+}
+
+// connect opens a small pool on the command's database. The error never
+// holds the connection string: pgx's parse errors may quote it, password
+// included.
+func (c *common) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	dsn, from := *c.dsn, "--dsn"
+	if dsn == "" {
+		dsn, from = os.Getenv("TIDEMARK_PG_DSN"), "TIDEMARK_PG_DSN"
+	}
+	if dsn == "" {
+		from = "libpq's PG* variables"
+		set := false
+		for _, v := range libpqVars {
+			if os.Getenv(v) != "" {
+				set = true
+			}
+		}
+		if !set {
+			return nil, errors.New("no database: pass --dsn, set TIDEMARK_PG_DSN, or set libpq's variables (PGHOST, PGDATABASE, PGUSER, ...)")
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a valid connection string", from)
+	}
+	cfg.MaxConns = 2
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+func (c *common) options() []inbox.Option {
+	opts := []inbox.Option{inbox.Logger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
+	if *c.schema != "" {
+		opts = append(opts, inbox.Schema(*c.schema))
+	}
+	return opts
+}
+
+// parse parses args; done reports that the command ends with status code
+// (help, or a usage error already explained).
+func (c *common) parse(args []string, name string, stderr io.Writer) (code int, done bool) {
+	if err := c.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK, true
+		}
+		return ExitError, true
+	}
+	fail := func(format string, a ...any) (int, bool) {
+		fmt.Fprintf(stderr, "tidemark inbox %s: "+format+"\n", append([]any{name}, a...)...)
+		return ExitError, true
+	}
+	switch {
+	case c.fs.NArg() > 0:
+		return fail("unexpected argument %q", c.fs.Arg(0))
+	case *c.timeout <= 0:
+		return fail("--timeout %v is not positive", *c.timeout)
+	}
+	return 0, false
+}
+
 // Migrate runs `tidemark inbox migrate` with args (the words after
 // "migrate") and returns the process's exit status: 0 when the schema is at
 // inbox.SchemaVersion afterwards, 1 for a usage error or a failure, which
 // it explains on stderr.
 func Migrate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("tidemark inbox migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dsn := fs.String("dsn", "", "PostgreSQL connection `string` (URL or key=value), required")
-	schema := fs.String("schema", "", "schema of the inbox's tables (default: the first of the DSN's search_path)")
-	timeout := fs.Duration("timeout", time.Minute, "give up after this long, waiting for the server and for other replicas' migrations")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `usage: tidemark inbox migrate --dsn DSN [--schema NAME] [--timeout D]
+	c := newCommon("migrate", stderr)
+	c.fs.Usage = func() {
+		fmt.Fprintf(c.fs.Output(), `usage: tidemark inbox migrate [--dsn DSN] [--schema NAME] [--timeout D]
 
 Creates or upgrades the tables of tidemark's inbox (tidemark_inbox,
-tidemark_lease, tidemark_inbox_migrations) to version %d. Safe to run
-again, and from many places at once: replicas serialize on an advisory
-lock and the later ones find nothing to do. Exit status 1 on any error.
+tidemark_lease, tidemark_inbox_retention, tidemark_inbox_migrations) to
+version %d. Safe to run again, and from many places at once: replicas
+serialize on an advisory lock and the later ones find nothing to do. Exit
+status 1 on any error.
 
-`, inbox.SchemaVersion)
-		fs.PrintDefaults()
+%s
+`, inbox.SchemaVersion, dsnHelp)
+		c.fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitError
+	if code, done := c.parse(args, "migrate", stderr); done {
+		return code
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "tidemark inbox migrate: "+format+"\n", a...)
 		return ExitError
 	}
-	switch {
-	case fs.NArg() > 0:
-		return fail("unexpected argument %q", fs.Arg(0))
-	case *dsn == "":
-		return fail("--dsn is required")
-	case *timeout <= 0:
-		return fail("--timeout %v is not positive", *timeout)
-	}
-	cfg, err := pgxpool.ParseConfig(*dsn)
-	if err != nil {
-		// pgx's message may quote the DSN, password included: say only
-		// what is wrong with it.
-		return fail("--dsn is not a valid connection string")
-	}
-	cfg.MaxConns = 2
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), *c.timeout)
 	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := c.connect(ctx)
 	if err != nil {
 		return fail("%v", err)
 	}
 	defer pool.Close()
 
-	var opts []inbox.Option
-	if *schema != "" {
-		opts = append(opts, inbox.Schema(*schema))
-	}
-	opts = append(opts, inbox.Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	opts := c.options()
 	before, err := inbox.Version(ctx, pool, opts...)
 	if err != nil {
 		return fail("%v", err)
 	}
-	name := *schema
+	name := *c.schema
 	if name == "" {
 		var cur *string
 		if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&cur); err == nil && cur != nil {
@@ -104,5 +171,84 @@ lock and the later ones find nothing to do. Exit status 1 on any error.
 	} else {
 		fmt.Fprintf(stdout, "tidemark inbox migrate: migrated schema %s to version %d (was %d)\n", name, after, before)
 	}
+	return ExitOK
+}
+
+// Leases runs `tidemark inbox leases` with args (the words after "leases"):
+// it lists a group's partition leases, and with --reset --yes bumps them
+// all (inbox.ResetLeases). It returns 0 on success, 1 for a usage error, a
+// failure, or --reset without --yes (which changes nothing).
+func Leases(args []string, stdout, stderr io.Writer) int {
+	c := newCommon("leases", stderr)
+	group := c.fs.String("group", "", "the consumer group, required")
+	topic := c.fs.String("topic", "", "only this topic's leases")
+	reset := c.fs.Bool("reset", false, "bump every listed lease's epoch, fencing the members that hold them (needs --yes)")
+	yes := c.fs.Bool("yes", false, "confirm --reset")
+	c.fs.Usage = func() {
+		fmt.Fprintf(c.fs.Output(), `usage: tidemark inbox leases --group G [--topic T] [--reset --yes] [--dsn DSN] [--schema NAME]
+
+Lists the group's partition leases: epoch, the Store's owner, the Kafka
+member id of the assignment it took the lease for (compare with
+kafka-consumer-groups --describe --members), when, and the partition's
+applied low-water mark.
+
+--reset --yes bumps every listed lease, so that no member holds one: each
+running member's next commit on those partitions is fenced. A member with
+inbox.Owners takes back, on its next record, the lease of a partition the
+group coordinator says it owns; other members at their next assignment.
+Use it to stop a member you cannot stop (a zombie process) from
+committing. Applied marks are kept. Without --yes it only says what it
+would reset, and exits 1.
+
+%s
+`, dsnHelp)
+		c.fs.PrintDefaults()
+	}
+	if code, done := c.parse(args, "leases", stderr); done {
+		return code
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "tidemark inbox leases: "+format+"\n", a...)
+		return ExitError
+	}
+	switch {
+	case *group == "":
+		return fail("--group is required")
+	case *yes && !*reset:
+		return fail("--yes confirms --reset; there is nothing to confirm")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *c.timeout)
+	defer cancel()
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer pool.Close()
+	leases, err := inbox.Leases(ctx, pool, *group, *topic, c.options()...)
+	if err != nil {
+		return fail("%v", err)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tEPOCH\tOWNER\tMEMBER\tACQUIRED\tAPPLIED BELOW")
+	for _, l := range leases {
+		member := l.Member
+		if member == "" {
+			member = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%d\n", l.Topic, l.Partition, l.Epoch, l.Owner, member,
+			l.Acquired.UTC().Format(time.RFC3339), l.AppliedBelow)
+	}
+	tw.Flush()
+	if !*reset {
+		return ExitOK
+	}
+	if !*yes {
+		return fail("would reset the %d leases above, fencing the members that hold them; run again with --yes", len(leases))
+	}
+	n, err := inbox.ResetLeases(ctx, pool, *group, *topic, c.options()...)
+	if err != nil {
+		return fail("%v", err)
+	}
+	fmt.Fprintf(stdout, "tidemark inbox leases: reset %d leases of group %s\n", n, *group)
 	return ExitOK
 }

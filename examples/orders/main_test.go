@@ -1,0 +1,32 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestConfigNeverPrintsTheDSN: the usage text, and every configuration
+// error, leave the connection string out: its password would otherwise be
+// printed (before, the -dsn flag's default was TIDEMARK_PG_DSN and the
+// usage text quoted it).
+func TestConfigNeverPrintsTheDSN(t *testing.T) {
+	const secret = "s3cret-pw"
+	t.Setenv("TIDEMARK_KAFKA_BROKERS", "127.0.0.1:9092")
+	t.Setenv("TIDEMARK_PG_DSN", "postgres://orders:"+secret+"@127.0.0.1:5432/orders")
+	for _, args := range [][]string{{"-h"}, {"-no-such-flag"}, {"-concurrency", "x"}, {"-dsn", "postgres://orders:" + secret + "@[::1"}} {
+		var out bytes.Buffer
+		_, err := parseConfig(args, &out)
+		text := out.String()
+		if err != nil {
+			text += err.Error()
+		}
+		if strings.Contains(text, secret) {
+			t.Errorf("orders %v printed the database password:\n%s", args, text)
+		}
+	}
+	c, err := parseConfig(nil, &bytes.Buffer{})
+	if err != nil || !strings.Contains(c.dsn, secret) {
+		t.Fatalf("TIDEMARK_PG_DSN is not the default of -dsn any more: %v", err)
+	}
+}
