@@ -69,10 +69,14 @@ func expansion(minBytes int, c float64) float64 {
 // above): FetchMaxBytes = (1-parkShare) * l.Bytes / (2k * E), and
 // FetchMaxPartitionBytes = l.PartitionBytes / l.MaxCompression, at most
 // FetchMaxBytes, so that a resumed partition's first fetch fits the room
-// the runner gives it. Parked records get parkShare of l.Bytes. It
-// replaces any kgo.FetchMaxBytes and kgo.FetchMaxPartitionBytes given in
-// ClientOptions. runner.New calls it once, before Run; it returns an error
-// when l leaves fetches smaller than 1 KiB, or after Run started.
+// the runner gives it. Parked records get parkShare of l.Bytes. k starts
+// as MaxConcurrentFetches; once the client knows the cluster's brokers it
+// is the smaller of that and their number (each broker has at most one
+// fetch out or buffered at a time), and it follows the brokers as they
+// come and go (see fitBrokers). It replaces any kgo.FetchMaxBytes and
+// kgo.FetchMaxPartitionBytes given in ClientOptions. runner.New calls it
+// once, before Run; it returns an error when l leaves fetches smaller than
+// 1 KiB with MaxConcurrentFetches fetches, or after Run started.
 func (s *Source) LimitFetch(l runner.FetchLimits) error {
 	switch {
 	case s.started.Load():
@@ -85,29 +89,86 @@ func (s *Source) LimitFetch(l runner.FetchLimits) error {
 	e := expansion(l.MinRecordBytes, l.MaxCompression)
 	park := int64(float64(l.Bytes) * parkShare)
 	k := max(s.fetches, 1) // 0: one fetch, only while polling
-	fetch := float64(l.Bytes-park) / (2 * float64(k) * e)
-	if fetch < minFetchBytes {
+	sz := fetchSizing{share: l.Bytes - park, part: float64(l.PartitionBytes) / l.MaxCompression, assumed: e}
+	if fetch := sz.fetch(k, e); fetch < minFetchBytes {
 		return fmt.Errorf("franz: the source's share of MaxBufferedBytes, %d bytes, leaves fetches of %.0f bytes "+
 			"(%d concurrent fetches, each expanding up to %.1f times in memory for records of at least %d bytes compressed up to %gx); "+
 			"at least %d are needed: raise MaxBufferedBytes, or lower kgo.MaxConcurrentFetches", l.Bytes, fetch, k, e, l.MinRecordBytes, l.MaxCompression, minFetchBytes)
 	}
-	fetch = min(fetch, maxFetchBytes)
-	part := min(fetch, max(float64(l.PartitionBytes)/l.MaxCompression, minFetchBytes))
 	s.heldMu.Lock()
 	s.parkLimit = park
 	s.heldMu.Unlock()
-	s.limits.Store(&fetchLimits{maxBytes: int32(fetch), partBytes: int32(part), expansion: e})
-	s.cl.UpdateFetchMaxBytes(int32(fetch), int32(part))
-	s.log.Info("fetch sizes derived from the memory bound", "share_bytes", l.Bytes, "fetch_max_bytes", int32(fetch),
-		"fetch_max_partition_bytes", int32(part), "concurrent_fetches", k, "expansion", math.Round(e*10)/10, "parked_bytes", park)
+	s.limMu.Lock()
+	s.sizing = &sz
+	lim := s.resizeLocked(k, e)
+	s.limMu.Unlock()
+	s.log.Info("fetch sizes derived from the memory bound", "share_bytes", l.Bytes, "fetch_max_bytes", lim.maxBytes,
+		"fetch_max_partition_bytes", lim.partBytes, "concurrent_fetches", k, "expansion", math.Round(e*10)/10, "parked_bytes", park)
 	return nil
 }
 
-// fetchLimits are the fetch sizes LimitFetch derived, and the expansion
-// they assume.
+// fetchSizing is what LimitFetch was given, to size fetches again when the
+// brokers or the expansion seen change.
+type fetchSizing struct {
+	share   int64   // FetchLimits.Bytes less the parked records' part
+	part    float64 // the partition's room in fetched bytes
+	assumed float64 // E under the stated record shape
+}
+
+// fetch is the fetch size for k concurrent fetches expanding e times.
+func (z *fetchSizing) fetch(k int, e float64) float64 {
+	return float64(z.share) / (2 * float64(k) * e)
+}
+
+// fetchLimits are the fetch sizes in force, and what they assume: k
+// concurrent fetches, each expanding at most expansion times.
 type fetchLimits struct {
 	maxBytes, partBytes int32
 	expansion           float64
+	fetches             int
+}
+
+// resizeLocked derives the fetch sizes for k concurrent fetches expanding e
+// times, stores them and tells the client. limMu must be held; it does no
+// I/O (UpdateFetchMaxBytes stores two atomics).
+func (s *Source) resizeLocked(k int, e float64) *fetchLimits {
+	z := s.sizing
+	fetch := max(min(z.fetch(k, e), maxFetchBytes), minFetchBytes)
+	part := min(fetch, max(z.part, minFetchBytes))
+	if e > z.assumed {
+		// Lowered for records that expand more than stated: the
+		// partition's room shrinks in the same proportion.
+		part = max(min(part, z.part*z.assumed/e), minFetchBytes)
+	}
+	l := &fetchLimits{maxBytes: int32(fetch), partBytes: int32(part), expansion: e, fetches: k}
+	s.limits.Store(l)
+	s.cl.UpdateFetchMaxBytes(l.maxBytes, l.partBytes)
+	return l
+}
+
+// fitBrokers sizes the fetches for the brokers the client knows: franz-go
+// keeps at most one fetch out or buffered per broker, so with fewer
+// brokers than MaxConcurrentFetches each fetch may be larger (three times
+// on a one-broker cluster with the default k). Run calls it before every
+// poll; it changes the sizes only when the number of brokers changed. A
+// broker that joins can take one fetch sized for the brokers before it,
+// before the next poll sees it: the bound is exceeded by that fetch until
+// then.
+func (s *Source) fitBrokers() {
+	if s.limits.Load() == nil {
+		return // no LimitFetch: the client's own sizes
+	}
+	n := len(s.cl.DiscoveredBrokers())
+	if n == 0 || n == s.brokers {
+		return
+	}
+	s.brokers = n
+	s.limMu.Lock()
+	defer s.limMu.Unlock()
+	l := s.limits.Load()
+	if k := min(max(s.fetches, 1), n); k != l.fetches {
+		s.resizeLocked(k, l.expansion)
+	}
 }
 
 // batchHeaderBytes is a v2 record batch's header on the wire, which
@@ -137,20 +198,16 @@ func (h expansionHook) OnFetchBatchRead(_ kgo.BrokerMetadata, topic string, part
 	if e <= l.expansion {
 		return
 	}
-	scale := l.expansion / e
-	lower := &fetchLimits{
-		maxBytes:  max(int32(float64(l.maxBytes)*scale), minFetchBytes),
-		partBytes: max(int32(float64(l.partBytes)*scale), minFetchBytes),
-		expansion: e,
+	h.s.limMu.Lock()
+	if cur := h.s.limits.Load(); e > cur.expansion {
+		l = h.s.resizeLocked(cur.fetches, e)
+	} else {
+		l = nil // another batch raised it meanwhile
 	}
-	lower.partBytes = min(lower.partBytes, lower.maxBytes)
-	if !h.s.limits.CompareAndSwap(l, lower) {
-		return // another batch lowered them meanwhile; the next one checks again
-	}
-	h.s.cl.UpdateFetchMaxBytes(lower.maxBytes, lower.partBytes)
-	if h.s.lowered.CompareAndSwap(false, true) {
+	h.s.limMu.Unlock()
+	if l != nil && h.s.lowered.CompareAndSwap(false, true) {
 		h.s.log.Warn("fetched records are smaller, or compressed more, than runner.RecordShape states; fetch sizes lowered to keep the memory bound (logged once)",
 			"partition", topic+"/"+strconv.Itoa(int(partition)), "records", m.NumRecords, "bytes", m.CompressedBytes,
-			"uncompressed_bytes", m.UncompressedBytes, "expansion", math.Round(e*10)/10, "fetch_max_bytes", lower.maxBytes)
+			"uncompressed_bytes", m.UncompressedBytes, "expansion", math.Round(e*10)/10, "fetch_max_bytes", l.maxBytes)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -66,21 +67,27 @@ func (fs *fetchSizes) last() (max, part int32, seen int) {
 // source's share of MaxBufferedBytes and the record shape — FetchMaxBytes =
 // 7/8 of the share / (2k * E), E = 1 + C + C*(sizeof(kgo.Record) +
 // sizeof(runner.Record))/S, the partition's = its byte room / C — and
-// replace the fetch sizes given in ClientOptions.
+// replace the fetch sizes given in ClientOptions. k is MaxConcurrentFetches
+// or, once the client knows the cluster, its number of brokers if fewer:
+// each broker has at most one fetch out or buffered.
 func TestLimitFetch(t *testing.T) {
 	structs := float64(unsafe.Sizeof(kgo.Record{}) + unsafe.Sizeof(runner.Record{}))
+	defaults := runner.FetchLimits{Bytes: 64 << 20, PartitionBytes: 8 << 20, MinRecordBytes: 64, MaxCompression: 4}
 	cases := []struct {
-		name   string
-		opts   []kgo.Opt
-		limits runner.FetchLimits
-		k      float64
+		name    string
+		brokers int
+		opts    []kgo.Opt
+		limits  runner.FetchLimits
+		k       float64
 	}{
-		{"defaults", nil, runner.FetchLimits{Bytes: 64 << 20, PartitionBytes: 8 << 20, MinRecordBytes: 64, MaxCompression: 4}, 3},
-		{"one fetch", []kgo.Opt{kgo.MaxConcurrentFetches(1)}, runner.FetchLimits{Bytes: 4 << 20, PartitionBytes: 64 << 10, MinRecordBytes: 20, MaxCompression: 2}, 1},
+		{"defaults, three brokers", 3, nil, defaults, 3},
+		{"defaults, one broker", 1, nil, defaults, 1},
+		{"two fetches, three brokers", 3, []kgo.Opt{kgo.MaxConcurrentFetches(2)}, defaults, 2},
+		{"one fetch", 1, []kgo.Opt{kgo.MaxConcurrentFetches(1)}, runner.FetchLimits{Bytes: 4 << 20, PartitionBytes: 64 << 10, MinRecordBytes: 20, MaxCompression: 2}, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t)
+			c := newCluster(t, kfake.NumBrokers(tc.brokers))
 			c.topic(t, "t", 1)
 			c.produce(t, "t", 1, 10, 10)
 			fs := observeFetches(c)
@@ -92,17 +99,27 @@ func TestLimitFetch(t *testing.T) {
 			if err := src.LimitFetch(tc.limits); err != nil {
 				t.Fatalf("LimitFetch: %v", err)
 			}
-			sink := &chanSink{assigned: make(chan []runner.Assignment, 10), batches: make(chan runner.Batch, 100)}
-			runSource(t, src, sink)
-			waitFor(t, 15*time.Second, "a fetch", func() bool { _, _, n := fs.last(); return n > 0 })
 			l := tc.limits
 			e := 1 + l.MaxCompression + l.MaxCompression*structs/float64(l.MinRecordBytes)
-			wantMax := int32(float64(l.Bytes-l.Bytes/8) / (2 * tc.k * e))
+			size := func(k float64) int32 { return int32(float64(l.Bytes-l.Bytes/8) / (2 * k * e)) }
+			wantMax := size(tc.k)
 			wantPart := min(wantMax, int32(float64(l.PartitionBytes)/l.MaxCompression))
-			max, part, _ := fs.last()
-			if max != wantMax || part != wantPart {
-				t.Fatalf("fetch MaxBytes %d, partition %d; want %d and %d (E %.1f, k %g)", max, part, wantMax, wantPart, e, tc.k)
-			}
+			sink := &chanSink{assigned: make(chan []runner.Assignment, 10), batches: make(chan runner.Batch, 100)}
+			runSource(t, src, sink)
+			// The first fetches may go out before the client knows the
+			// brokers, sized for MaxConcurrentFetches: smaller, never
+			// larger.
+			waitFor(t, 15*time.Second, "a fetch of the derived size", func() bool {
+				max, part, n := fs.last()
+				if n > 0 && max > wantMax {
+					t.Fatalf("fetch MaxBytes %d, above the %d that %g concurrent fetches allow", max, wantMax, tc.k)
+				}
+				if n > 0 && max == wantMax && part == wantPart {
+					return true
+				}
+				c.produce(t, "t", 1, 1, 1) // ends a fetch waiting with the earlier size
+				return false
+			})
 		})
 	}
 }
@@ -162,7 +179,9 @@ func TestFetchLoweredForSmallerRecords(t *testing.T) {
 	c.topic(t, "t", 1)
 	c.produce(t, "t", 1, 100, 10) // records of about 10 bytes
 	fs := observeFetches(c)
-	src, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)))
+	// One concurrent fetch, so that only the expansion seen changes the
+	// size (not the number of brokers: see TestLimitFetch).
+	src, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)), franz.ClientOptions(kgo.MaxConcurrentFetches(1)))
 	if err != nil {
 		t.Fatal(err)
 	}

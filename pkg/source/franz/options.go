@@ -130,10 +130,10 @@ func ServerSideAssignment() Option {
 // replaced by the sizes LimitFetch derives from runner.MaxBufferedBytes
 // (runner.New calls it); size fetches through MaxBufferedBytes and
 // runner.RecordShape instead. kgo.MaxConcurrentFetches enters that
-// derivation: each concurrent fetch gets its part of the budget, so a
-// member whose partitions are led by more than three brokers may raise it
-// (smaller fetches each), and one on a single broker may lower it to 1
-// (three times larger fetches). New refuses kgo.ConsumeRegex and a negative
+// derivation: each concurrent fetch gets its part of the budget (fewer
+// brokers than it: one part per broker), so a member whose partitions are
+// led by more than three brokers may raise it (smaller fetches each). New
+// refuses kgo.ConsumeRegex and a negative
 // (unbounded) kgo.MaxConcurrentFetches. Default: none.
 func ClientOptions(opts ...kgo.Opt) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }

@@ -39,6 +39,13 @@ type Source struct {
 	fetches int
 	limits  atomic.Pointer[fetchLimits]
 	lowered atomic.Bool // expansionHook lowered the limits (and logged it)
+	// limMu serializes resizing the fetches (LimitFetch, fitBrokers, the
+	// expansion hook) and guards sizing; it is never held across I/O.
+	limMu  sync.Mutex
+	sizing *fetchSizing
+	// brokers is the number of brokers fitBrokers last sized for (Run's
+	// goroutine only).
+	brokers int
 
 	started   atomic.Bool
 	closing   atomic.Bool
@@ -372,6 +379,7 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 		// fetch was taken. Records of partitions still paused are
 		// parked first, so the poll's buffers can be reused.
 		s.park()
+		s.fitBrokers()
 		fetches, woken := s.poll(ctx, s.holdCap(room))
 		batches, stop, err := s.batches(ctx, fetches)
 		s.heldMu.Lock()
