@@ -86,7 +86,7 @@ integration:
 	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -skip '$(SERIAL_TESTS)' \
 		$$($(GO) list -tags integration $(INTEGRATION_PKGS) | grep -vx '.*/integration/chaos'); \
 	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '$(SERIAL_TESTS)' ./integration/; \
-	$(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '^(TestBoundedMemory|TestFranzSourceMemory)$$' ./integration/; \
+	$(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '^(TestBoundedMemory|TestBoundedMemoryKafkago|TestFranzSourceMemory)$$' ./integration/; \
 	if [ "$(CHAOS)" != 0 ]; then \
 		TIDEMARK_CHAOS_DURATION=$${TIDEMARK_CHAOS_DURATION:-$(CHAOS_DURATION)} \
 			$(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout $(INTEGRATION_TIMEOUT) -tags integration $(CHAOS_PKG); \
