@@ -752,18 +752,18 @@ func (f fetchSettings) String() string {
 // with under spec: it builds the adapter and the runner as runTidemark does
 // (runner.New makes the adapter derive its fetch sizes from the memory
 // bound, runner.FetchLimiter) and reads them back from the adapter's
-// client, then closes it. Nothing is sent to a broker.
-func adapterFetch(spec childSpec) (fetchSettings, error) {
+// client, then closes it. Nothing is sent to a broker. log is the
+// adapter's and the runner's logger.
+func adapterFetch(spec childSpec, log *slog.Logger) (fetchSettings, error) {
 	if spec.Adapter != "franz" {
 		return fetchSettings{}, fmt.Errorf("fetch settings of adapter %q: only franz has franz-go's", spec.Adapter)
 	}
-	quiet := quietLogger()
-	src, err := newSource(spec, quiet)
+	src, err := newSource(spec, log)
 	if err != nil {
 		return fetchSettings{}, err
 	}
 	defer src.Close()
-	opts, err := runnerOptions(spec, quiet)
+	opts, err := runnerOptions(spec, log)
 	if err != nil {
 		return fetchSettings{}, err
 	}
