@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -167,5 +169,24 @@ func TestRaiseFileLimit(t *testing.T) {
 		if now.Cur < uint64(n) {
 			t.Errorf("soft limit %d after raiseFileLimit(%d)", now.Cur, n)
 		}
+	}
+}
+func TestDrawScaling(t *testing.T) {
+	dir := t.TempDir()
+	sc := &Scaling{Records: map[string]int{"noop": 100}, Partitions: []int{12, 120, 1200}, Repeat: 1, Goal: partitionGoal}
+	for i, p := range sc.Partitions {
+		sc.Rows = append(sc.Rows,
+			ScalingRow{Series: "baseline-noop", Partitions: p, CPUPerRecord: 0.5 * float64(i+1)},
+			ScalingRow{Series: "franz-noop", Partitions: p, CPUPerRecord: 1.2 * float64(i+1), Ratio: 2.4, Growth: 1 + 0.3*float64(i)})
+	}
+	if err := drawCurves(&Report{At: "now", Scaling: sc}, dir); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "partitions.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 8 || string(b[1:4]) != "PNG" {
+		t.Fatalf("not a PNG: % x", b[:min(8, len(b))])
 	}
 }
