@@ -172,7 +172,7 @@ func TestRaiseFileLimit(t *testing.T) {
 	}
 }
 func TestDrawScaling(t *testing.T) {
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "not", "yet")
 	sc := &Scaling{Records: map[string]int{"noop": 100}, Partitions: []int{12, 120, 1200}, Repeat: 1, Goal: partitionGoal}
 	for i, p := range sc.Partitions {
 		sc.Rows = append(sc.Rows,

@@ -23,6 +23,9 @@ import (
 // logarithmic (the parameters and rates span several decades); and the
 // partitions workload, when rep has it, as dir/partitions.png.
 func drawCurves(rep *Report, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
 	if rep.Scaling != nil {
 		if err := drawScaling(rep.Scaling, rep.At, filepath.Join(dir, "partitions.png")); err != nil {
 			return fmt.Errorf("plot partitions: %w", err)
