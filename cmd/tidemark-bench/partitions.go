@@ -313,8 +313,8 @@ func scalingRow(s childSpec, series string, p int, own, base, own0, base0 []scal
 
 // printScaling prints the partitions workload's table and the goal.
 func printScaling(w io.Writer, sc *Scaling) {
-	fmt.Fprintf(w, "\npartitions: records per topic %v, %d repetitions; baseline and tidemark over franz fetch with %v\n",
-		sc.Records, sc.Repeat, sc.Fetch)
+	fmt.Fprintf(w, "\npartitions: %s; %d repetitions; the baseline and tidemark over franz fetch with %v\n",
+		recordsText(sc.Records), sc.Repeat, sc.Fetch)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "series\tpartitions\trecords/s\tCPU µs/record\twindow µs/record\tCPU s outside\tCPU ×%d\t÷ baseline\twindow ÷ baseline\tratio ×%d (runs)\tRSS MiB\t\n", sc.Partitions[0], sc.Partitions[0])
 	for _, r := range sc.Rows {
