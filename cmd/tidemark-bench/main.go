@@ -180,7 +180,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.latencyLoad, "latency-load", 0.3, "rate of the paced latency phase as a share of the consumer's measured rate")
 	fs.IntVar(&c.repeat, "repeat", 1, "runs of each consumer of noop, sleep, cpu and inbox, taken in turn (the median is kept; curve points run once)")
 	fs.IntVar(&c.high, "high", 10_000, "tidemark's per-partition high water mark in records (low is half)")
-	fs.IntVar(&c.partBytes, "fetch-partition-bytes", 0, "franz-go FetchMaxPartitionBytes for tidemark over franz (0: franz-go's default, 1 MiB)")
+	fs.IntVar(&c.partBytes, "fetch-partition-bytes", 0, "kgo.FetchMaxPartitionBytes given to tidemark's franz adapter, which now replaces it with the size it derives from runner.MaxBufferedBytes: no effect, kept for old command lines")
 	curveConc := fs.String("curve-concurrency", "1,4,16,64,256,1024", "concurrencies of the concurrency curve")
 	curveKeys := fs.String("curve-keys", "1,10,100,1000,10000,100000", "key counts of the keys curve")
 	partCounts := fs.String("partition-counts", "12,120,1200", "partition counts of the partitions workload (one topic each)")
