@@ -99,6 +99,15 @@ type childSpec struct {
 	Queued    bool          `json:"queued,omitempty"` // inbox.QueuedHandler, not Handler
 	Size      int           `json:"size,omitempty"`
 
+	// Fetch sets the plain franz-go loop's fetch options (nil: franz-go's
+	// defaults); the partitions workload gives it those of tidemark's
+	// franz adapter (adapterFetch).
+	Fetch *fetchSettings `json:"fetch,omitempty"`
+	// Files is the open files the child needs (kafkago: a connection per
+	// partition); it raises its soft RLIMIT_NOFILE to that or fails.
+	Files int `json:"files,omitempty"`
+
+	// CPUProfile is a file for a CPU profile of the child's whole life.
 	CPUProfile string `json:"cpu_profile,omitempty"`
 }
 
@@ -117,6 +126,13 @@ type childResult struct {
 	RoundTrips int64 `json:"round_trips,omitempty"`
 	// PeakRSSKiB is VmHWM of the child's own address space.
 	PeakRSSKiB int `json:"peak_rss_kib"`
+	// Fetch is the fetch settings of the franz-go client the consumer
+	// ran with, read back from it before it started (tidemark over franz,
+	// and the plain loop when given its settings); FetchEnd the same after
+	// it stopped (the franz adapter lowers its sizes when records are
+	// smaller than runner.RecordShape states).
+	Fetch    *fetchSettings `json:"fetch,omitempty"`
+	FetchEnd *fetchSettings `json:"fetch_end,omitempty"`
 }
 
 // usage is what the kernel says the child used over its whole life.
@@ -205,6 +221,29 @@ func processCPU() time.Duration {
 	return time.Duration((tvSeconds(ru.Utime) + tvSeconds(ru.Stime)) * float64(time.Second))
 }
 
+// raiseFileLimit raises the soft RLIMIT_NOFILE to n when it is lower, and
+// fails with what to do when the hard limit is below n.
+func raiseFileLimit(n int) error {
+	if n <= 0 {
+		return nil
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("reading RLIMIT_NOFILE: %w", err)
+	}
+	if lim.Cur >= uint64(n) {
+		return nil
+	}
+	if lim.Max < uint64(n) {
+		return fmt.Errorf("%d open files needed (one connection per partition and a margin), but the hard limit is %d: raise it (ulimit -Hn %d, as root) or use fewer partitions", n, lim.Max, n)
+	}
+	lim.Cur = uint64(n)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("raising RLIMIT_NOFILE to %d: %w", n, err)
+	}
+	return nil
+}
+
 // peakRSS returns this process's VmHWM in KiB, or 0 when /proc has none.
 func peakRSS() int {
 	b, err := os.ReadFile("/proc/self/status")
@@ -228,10 +267,19 @@ func childMain(arg string) int {
 		fmt.Fprintln(os.Stderr, "tidemark-bench child: bad spec:", err)
 		return 2
 	}
+	if err := raiseFileLimit(spec.Files); err != nil {
+		fmt.Fprintf(os.Stderr, "tidemark-bench child %s: %v\n", spec.describe(), err)
+		return 1
+	}
+	// The profile covers the child's whole life, as its CPU seconds do.
+	stopProfile, err := startProfile(spec.CPUProfile)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tidemark-bench child %s: %v\n", spec.describe(), err)
+		return 1
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), spec.Timeout)
 	defer cancel()
 	m := newMeter(spec)
-	var err error
 	switch spec.Consumer {
 	case franzLoop:
 		err = runFranzLoop(ctx, spec, m)
@@ -248,6 +296,7 @@ func childMain(arg string) int {
 	default:
 		err = fmt.Errorf("unknown consumer %q", spec.Consumer)
 	}
+	stopProfile()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tidemark-bench child %s: %v\n", spec.describe(), err)
 		return 1
@@ -287,6 +336,8 @@ type meter struct {
 
 	perTx float64     // set by the inbox consumer as it ends
 	rt    *roundTrips // the PostgreSQL consumers' round trips, or nil
+
+	fetch, fetchEnd *fetchSettings // the franz-go client's, when it has one
 }
 
 func newMeter(s childSpec) *meter {
@@ -377,7 +428,8 @@ func (m *meter) stopped() bool {
 }
 
 func (m *meter) result() childResult {
-	r := childResult{Records: int(m.records), Seconds: m.end.Sub(m.first).Seconds(), WindowCPU: (m.endCPU - m.firstCPU).Seconds(), PerTransaction: m.perTx}
+	r := childResult{Records: int(m.records), Seconds: m.end.Sub(m.first).Seconds(), WindowCPU: (m.endCPU - m.firstCPU).Seconds(),
+		PerTransaction: m.perTx, Fetch: m.fetch, FetchEnd: m.fetchEnd}
 	if m.rt != nil {
 		r.RoundTrips = m.rt.n.Load()
 	}
@@ -441,15 +493,27 @@ func quietLogger() *slog.Logger {
 }
 
 // runFranzLoop is the fetch ceiling: a franz-go group consumer that polls
-// and does nothing with the records. It reads uncommitted and fetches with
-// franz-go's defaults; it commits nothing.
+// and does nothing with the records; it commits nothing. It reads
+// uncommitted and fetches with franz-go's defaults, unless spec.Fetch
+// gives it other fetch settings, which it checks it got.
 func runFranzLoop(ctx context.Context, spec childSpec, m *meter) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(spec.Brokers...), kgo.ConsumerGroup(spec.Group),
-		kgo.ConsumeTopics(spec.Topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+	opts := []kgo.Opt{kgo.SeedBrokers(spec.Brokers...), kgo.ConsumerGroup(spec.Group),
+		kgo.ConsumeTopics(spec.Topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit()}
+	if spec.Fetch != nil {
+		opts = append(opts, spec.Fetch.opts()...)
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	if spec.Fetch != nil {
+		got := clientFetch(cl)
+		if got != *spec.Fetch {
+			return fmt.Errorf("the client's fetch settings are %v, not the %v asked for", got, *spec.Fetch)
+		}
+		m.fetch = &got
+	}
 	for !m.stopped() {
 		fs := cl.PollFetches(ctx)
 		if err := fs.Err0(); err != nil {
@@ -613,34 +677,114 @@ func runSequential(ctx context.Context, spec childSpec, m *meter) error {
 	return nil
 }
 
+// newSource returns the adapter spec.Adapter over spec's topic and group,
+// as tidemark's child runs it.
+func newSource(spec childSpec, log *slog.Logger) (runner.Source, error) {
+	switch spec.Adapter {
+	case "franz":
+		fopts := []franz.Option{franz.Logger(log)}
+		if spec.PartBytes > 0 {
+			fopts = append(fopts, franz.ClientOptions(kgo.FetchMaxPartitionBytes(int32(spec.PartBytes))))
+		}
+		return franz.New(spec.Brokers, spec.Group, []string{spec.Topic}, fopts...)
+	case "kafkago":
+		return kafkago.New(spec.Brokers, spec.Group, []string{spec.Topic}, kafkago.Logger(log))
+	}
+	return nil, fmt.Errorf("unknown adapter %q", spec.Adapter)
+}
+
+// runnerOptions returns the runner's options of spec, the handler aside.
+func runnerOptions(spec childSpec, log *slog.Logger) ([]runner.Option, error) {
+	order, err := parseOrder(spec.Order)
+	if err != nil {
+		return nil, err
+	}
+	opts := []runner.Option{runner.Concurrency(max(spec.Concurrency, 1)), runner.Order(order), runner.Logger(log)}
+	if spec.High > 0 {
+		opts = append(opts, runner.WaterMarks(spec.High, spec.High/2))
+	}
+	return opts, nil
+}
+
+// fetchSettings are a franz-go client's fetch options, as OptValue reads
+// them back.
+type fetchSettings struct {
+	MaxBytes          int32         `json:"fetch_max_bytes"`
+	MaxPartitionBytes int32         `json:"fetch_max_partition_bytes"`
+	ConcurrentFetches int           `json:"max_concurrent_fetches"`
+	MaxWait           time.Duration `json:"fetch_max_wait"`
+	MinBytes          int32         `json:"fetch_min_bytes"`
+	ReadCommitted     bool          `json:"read_committed"`
+}
+
+// clientFetch reads cl's fetch settings. It must not run while cl fetches:
+// franz-go stores the sizes atomically (UpdateFetchMaxBytes) but OptValue
+// reads them plainly.
+func clientFetch(cl *kgo.Client) fetchSettings {
+	var f fetchSettings
+	f.MaxBytes, _ = cl.OptValue(kgo.FetchMaxBytes).(int32)
+	f.MaxPartitionBytes, _ = cl.OptValue(kgo.FetchMaxPartitionBytes).(int32)
+	f.ConcurrentFetches, _ = cl.OptValue(kgo.MaxConcurrentFetches).(int)
+	f.MaxWait, _ = cl.OptValue(kgo.FetchMaxWait).(time.Duration)
+	f.MinBytes, _ = cl.OptValue(kgo.FetchMinBytes).(int32)
+	level, _ := cl.OptValue(kgo.FetchIsolationLevel).(int8)
+	f.ReadCommitted = level == 1 // kmsg: 0 read uncommitted, 1 read committed
+	return f
+}
+
+// opts returns the client options that set f.
+func (f fetchSettings) opts() []kgo.Opt {
+	iso := kgo.ReadUncommitted()
+	if f.ReadCommitted {
+		iso = kgo.ReadCommitted()
+	}
+	return []kgo.Opt{kgo.FetchMaxBytes(f.MaxBytes), kgo.FetchMaxPartitionBytes(f.MaxPartitionBytes),
+		kgo.MaxConcurrentFetches(f.ConcurrentFetches), kgo.FetchMaxWait(f.MaxWait), kgo.FetchMinBytes(f.MinBytes),
+		kgo.FetchIsolationLevel(iso)}
+}
+
+func (f fetchSettings) String() string {
+	return fmt.Sprintf("FetchMaxBytes %d, FetchMaxPartitionBytes %d, MaxConcurrentFetches %d, FetchMaxWait %v, FetchMinBytes %d, read committed %v",
+		f.MaxBytes, f.MaxPartitionBytes, f.ConcurrentFetches, f.MaxWait, f.MinBytes, f.ReadCommitted)
+}
+
+// adapterFetch returns the fetch settings tidemark's franz adapter runs
+// with under spec: it builds the adapter and the runner as runTidemark does
+// (runner.New makes the adapter derive its fetch sizes from the memory
+// bound, runner.FetchLimiter) and reads them back from the adapter's
+// client, then closes it. Nothing is sent to a broker. log is the
+// adapter's and the runner's logger.
+func adapterFetch(spec childSpec, log *slog.Logger) (fetchSettings, error) {
+	if spec.Adapter != "franz" {
+		return fetchSettings{}, fmt.Errorf("fetch settings of adapter %q: only franz has franz-go's", spec.Adapter)
+	}
+	src, err := newSource(spec, log)
+	if err != nil {
+		return fetchSettings{}, err
+	}
+	defer src.Close()
+	opts, err := runnerOptions(spec, log)
+	if err != nil {
+		return fetchSettings{}, err
+	}
+	noop := func(context.Context, runner.Record) error { return nil }
+	if _, err := runner.New(src, append(opts, runner.Handle(spec.Topic, noop))...); err != nil {
+		return fetchSettings{}, err
+	}
+	return clientFetch(src.(*franz.Source).Client()), nil
+}
+
 // runTidemark runs the runner over spec.Adapter until the meter stops, then
 // shuts it down gracefully.
 func runTidemark(ctx context.Context, spec childSpec, m *meter) error {
 	quiet := quietLogger()
-	var src runner.Source
-	var err error
-	switch spec.Adapter {
-	case "franz":
-		fopts := []franz.Option{franz.Logger(quiet)}
-		if spec.PartBytes > 0 {
-			fopts = append(fopts, franz.ClientOptions(kgo.FetchMaxPartitionBytes(int32(spec.PartBytes))))
-		}
-		src, err = franz.New(spec.Brokers, spec.Group, []string{spec.Topic}, fopts...)
-	case "kafkago":
-		src, err = kafkago.New(spec.Brokers, spec.Group, []string{spec.Topic}, kafkago.Logger(quiet))
-	default:
-		err = fmt.Errorf("unknown adapter %q", spec.Adapter)
-	}
+	src, err := newSource(spec, quiet)
 	if err != nil {
 		return err
 	}
-	order, err := parseOrder(spec.Order)
+	opts, err := runnerOptions(spec, quiet)
 	if err != nil {
 		return err
-	}
-	opts := []runner.Option{runner.Concurrency(spec.Concurrency), runner.Order(order), runner.Logger(quiet)}
-	if spec.High > 0 {
-		opts = append(opts, runner.WaterMarks(spec.High, spec.High/2))
 	}
 	var h runner.Handler
 	if spec.Handler == "inbox" {
@@ -698,11 +842,16 @@ func runTidemark(ctx context.Context, spec childSpec, m *meter) error {
 	if err != nil {
 		return err
 	}
-	stopProfile, err := startProfile(spec.CPUProfile)
-	if err != nil {
-		return err
+	if fs, ok := src.(*franz.Source); ok {
+		// Before Run and after it the client is not fetching: its
+		// settings can be read (see clientFetch).
+		f := clientFetch(fs.Client())
+		m.fetch = &f
+		defer func() {
+			f := clientFetch(fs.Client())
+			m.fetchEnd = &f
+		}()
 	}
-	defer stopProfile()
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
 	select {

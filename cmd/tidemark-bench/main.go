@@ -29,6 +29,12 @@
 //	             on disk (-durable-dir); round trips per record for each.
 //	concurrency  the scaling curve against -curve-concurrency (sleep handler).
 //	keys         the scaling curve against -curve-keys in key order.
+//	partitions   CPU per record against the partition count: one topic per
+//	             -partition-counts, each of -partition-records records;
+//	             the plain franz-go loop, with the fetch settings of
+//	             tidemark's franz adapter, against tidemark over both
+//	             adapters with a no-op and a -sleep handler, in turn,
+//	             -partition-repeat times (partitions.go).
 //	adapters     noop and sleep (both adapters); curves: concurrency and keys;
 //	all          every workload.
 //
@@ -66,45 +72,51 @@ import (
 )
 
 type config struct {
-	brokers      []string
-	dsn          string
-	workloads    []string
-	records      int
-	partitions   int
-	size         int
-	keys         int
-	concurrency  int
-	noopConc     int
-	order        string
-	adapters     []string
-	sleep        time.Duration
-	runFor       time.Duration
-	cpuWork      time.Duration
-	hashRounds   int
-	hashTook     time.Duration
-	inboxRecords int
-	inboxBatch   int
-	inboxWait    time.Duration
-	inboxDurable bool
-	durableDir   string
-	latencyFor   time.Duration
-	latencyMax   float64
-	latencyLoad  float64
-	repeat       int
-	high         int
-	partBytes    int
-	curveConc    []int
-	curveKeys    []int
-	cpuProfile   string
-	jsonOut      string
-	plotsDir     string
-	replot       string
-	verbose      bool
+	brokers          []string
+	dsn              string
+	workloads        []string
+	records          int
+	partitions       int
+	size             int
+	keys             int
+	concurrency      int
+	noopConc         int
+	order            string
+	adapters         []string
+	sleep            time.Duration
+	runFor           time.Duration
+	cpuWork          time.Duration
+	hashRounds       int
+	hashTook         time.Duration
+	inboxRecords     int
+	inboxBatch       int
+	inboxWait        time.Duration
+	inboxDurable     bool
+	durableDir       string
+	latencyFor       time.Duration
+	latencyMax       float64
+	latencyLoad      float64
+	repeat           int
+	high             int
+	partBytes        int
+	curveConc        []int
+	curveKeys        []int
+	partCounts       []int
+	partRecords      int
+	partSleepRecords int
+	partRepeat       int
+	partHandlers     []string
+	profileDir       string
+	cpuProfile       string
+	jsonOut          string
+	plotsDir         string
+	replot           string
+	verbose          bool
 }
 
 // workloadOrder is the order workloads run in: noop first, because its
 // tidemark rates cap the theoretical lines of the others.
-var workloadOrder = []string{"noop", "sleep", "cpu", "inbox", "concurrency", "keys"}
+var workloadOrder = []string{"noop", "sleep", "cpu", "inbox", "concurrency", "keys", "partitions"}
 
 func main() {
 	if len(os.Args) > 2 && os.Args[1] == childFlag {
@@ -143,7 +155,7 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("tidemark-bench", flag.ContinueOnError)
 	brokers := fs.String("brokers", os.Getenv("TIDEMARK_KAFKA_BROKERS"), "Kafka seed brokers, comma-separated (default $TIDEMARK_KAFKA_BROKERS)")
 	fs.StringVar(&c.dsn, "dsn", os.Getenv("TIDEMARK_PG_DSN"), "PostgreSQL for the inbox workload (default $TIDEMARK_PG_DSN)")
-	workloads := fs.String("workload", "all", "comma-separated: noop, sleep, cpu, inbox, concurrency, keys; or adapters, curves, all")
+	workloads := fs.String("workload", "all", "comma-separated: noop, sleep, cpu, inbox, concurrency, keys, partitions; or adapters, curves, all")
 	fs.IntVar(&c.records, "records", 2_000_000, "records of the noop workload")
 	fs.IntVar(&c.partitions, "partitions", 12, "partitions of every topic")
 	fs.IntVar(&c.size, "size", 100, "record value size in bytes (at least 16)")
@@ -168,12 +180,18 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.latencyLoad, "latency-load", 0.3, "rate of the paced latency phase as a share of the consumer's measured rate")
 	fs.IntVar(&c.repeat, "repeat", 1, "runs of each consumer of noop, sleep, cpu and inbox, taken in turn (the median is kept; curve points run once)")
 	fs.IntVar(&c.high, "high", 10_000, "tidemark's per-partition high water mark in records (low is half)")
-	fs.IntVar(&c.partBytes, "fetch-partition-bytes", 0, "franz-go FetchMaxPartitionBytes for tidemark over franz (0: franz-go's default, 1 MiB)")
+	fs.IntVar(&c.partBytes, "fetch-partition-bytes", 0, "kgo.FetchMaxPartitionBytes given to tidemark's franz adapter, which now replaces it with the size it derives from runner.MaxBufferedBytes: no effect, kept for old command lines")
 	curveConc := fs.String("curve-concurrency", "1,4,16,64,256,1024", "concurrencies of the concurrency curve")
 	curveKeys := fs.String("curve-keys", "1,10,100,1000,10000,100000", "key counts of the keys curve")
+	partCounts := fs.String("partition-counts", "12,120,1200", "partition counts of the partitions workload (one topic each)")
+	fs.IntVar(&c.partRecords, "partition-records", 1_000_000, "records of each no-op topic of the partitions workload (the same for every count)")
+	fs.IntVar(&c.partSleepRecords, "partition-sleep-records", 150_000, "records of each sleep topic of the partitions workload (the same for every count)")
+	partHandlers := fs.String("partition-handlers", "noop,sleep", "handlers of the partitions workload, comma-separated: noop (at -noop-concurrency), sleep (-sleep, at -concurrency)")
+	fs.IntVar(&c.partRepeat, "partition-repeat", 5, "repetitions of the partitions workload, every count and consumer in turn (-repeat does not apply)")
+	fs.StringVar(&c.profileDir, "profile-dir", "", "write a CPU profile of every child of the partitions workload into this directory, one file per child (go tool pprof merges several)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of tidemark's first no-op run to this file (TIDEMARK_BENCH_TRACE=file adds an execution trace)")
 	fs.StringVar(&c.jsonOut, "json", "", "write the report as JSON to this file")
-	fs.StringVar(&c.plotsDir, "plots", "", "draw the curves as concurrency.png and keys.png into this directory")
+	fs.StringVar(&c.plotsDir, "plots", "", "draw the curves as concurrency.png, keys.png and partitions.png into this directory")
 	fs.StringVar(&c.replot, "replot", "", "draw the plots of this JSON report (with -plots) and run nothing")
 	fs.BoolVar(&c.verbose, "v", true, "print each run as it ends")
 	if err := fs.Parse(args); err != nil {
@@ -212,11 +230,25 @@ func parseFlags(args []string) (config, error) {
 	if c.curveKeys, err = parseInts("-curve-keys", *curveKeys); err != nil {
 		return c, err
 	}
+	if c.partCounts, err = parseInts("-partition-counts", *partCounts); err != nil {
+		return c, err
+	}
+	slices.Sort(c.partCounts)
+	c.partCounts = slices.Compact(c.partCounts)
+	for h := range strings.SplitSeq(*partHandlers, ",") {
+		if h = strings.TrimSpace(h); h != "noop" && h != "sleep" {
+			return c, fmt.Errorf("-partition-handlers %q: want noop, sleep or both, comma-separated", h)
+		}
+		if !slices.Contains(c.partHandlers, h) {
+			c.partHandlers = append(c.partHandlers, h)
+		}
+	}
 	switch {
 	case c.size < stampLen+4:
 		return c, fmt.Errorf("-size %d: at least %d bytes (the latency stamp lives in the value)", c.size, stampLen+4)
-	case c.records < 1, c.partitions < 1, c.keys < 1, c.concurrency < 1, c.noopConc < 1, c.repeat < 1, c.inboxRecords < 1:
-		return c, errors.New("-records, -partitions, -keys, -concurrency, -noop-concurrency, -repeat and -inbox-records must be positive")
+	case c.records < 1, c.partitions < 1, c.keys < 1, c.concurrency < 1, c.noopConc < 1, c.repeat < 1, c.inboxRecords < 1,
+		c.partRecords < 1, c.partSleepRecords < 1, c.partRepeat < 1:
+		return c, errors.New("-records, -partitions, -keys, -concurrency, -noop-concurrency, -repeat, -inbox-records, -partition-records, -partition-sleep-records and -partition-repeat must be positive")
 	case c.sleep <= 0 || c.runFor <= 0 || c.cpuWork <= 0:
 		return c, errors.New("-sleep, -run-for and -cpu-work must be positive")
 	case c.latencyLoad <= 0 || c.latencyLoad >= 1:
@@ -316,6 +348,8 @@ func run(ctx context.Context, c config) error {
 			cv, err = b.concurrencyCurve(ctx)
 		case "keys":
 			cv, err = b.keysCurve(ctx)
+		case "partitions":
+			rep.Scaling, err = b.partitionScaling(ctx)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", w, err)
@@ -333,7 +367,7 @@ func run(ctx context.Context, c config) error {
 			return err
 		}
 	}
-	if c.plotsDir != "" && len(rep.Curves) > 0 {
+	if c.plotsDir != "" && (len(rep.Curves) > 0 || rep.Scaling != nil) {
 		if err := drawCurves(rep, c.plotsDir); err != nil {
 			return err
 		}
@@ -362,7 +396,8 @@ func (c config) params() Params {
 		Sleep: c.sleep.String(), RunFor: c.runFor.String(), CPUWork: c.hashTook.String(), HashRounds: c.hashRounds,
 		InboxRecords: c.inboxRecords, InboxBatch: c.inboxBatch, InboxWait: c.inboxWait.String(), InboxDurable: c.inboxDurable,
 		LatencyFor: c.latencyFor.String(), LatencyMaxRate: c.latencyMax, LatencyLoad: c.latencyLoad, Repeat: c.repeat, HighWaterMark: c.high,
-		CurveConcurrency: c.curveConc, CurveKeys: c.curveKeys}
+		CurveConcurrency: c.curveConc, CurveKeys: c.curveKeys, PartitionCounts: c.partCounts, PartitionRecords: c.partRecords, PartitionSleepRecords: c.partSleepRecords,
+		PartitionRepeat: c.partRepeat, PartitionHandlers: c.partHandlers}
 }
 
 func printReport(w io.Writer, rep *Report) {
@@ -397,6 +432,9 @@ func printReport(w io.Writer, rep *Report) {
 		if s.FsyncTest != "" {
 			fmt.Fprintf(w, "\npg_test_fsync on the %s server's disk (%s):\n%s", s.Name, s.DataDir, s.FsyncTest)
 		}
+	}
+	if rep.Scaling != nil {
+		printScaling(w, rep.Scaling)
 	}
 	for _, cv := range rep.Curves {
 		fmt.Fprintf(w, "\ncurve %s (%s); theory %s, ceiling %.0f/s\n", cv.Name, cv.Fixed, cv.Theory, cv.Ceiling)

@@ -21,6 +21,8 @@ type Report struct {
 	Curves  []Curve  `json:"curves,omitempty"`
 	// Servers are the PostgreSQL servers the inbox workload ran on.
 	Servers []Server `json:"servers,omitempty"`
+	// Scaling is the partitions workload's report.
+	Scaling *Scaling `json:"scaling,omitempty"`
 	// Seconds is the wall time of the whole run, producing included.
 	Seconds float64 `json:"seconds"`
 }
@@ -38,30 +40,35 @@ type Machine struct {
 
 // Params are the parameters a run was made with, as the flags gave them.
 type Params struct {
-	Workloads        []string `json:"workloads"`
-	Records          int      `json:"records"`
-	Partitions       int      `json:"partitions"`
-	Size             int      `json:"size"`
-	Keys             int      `json:"keys"`
-	Concurrency      int      `json:"concurrency"`
-	NoopConcurrency  int      `json:"noop_concurrency"`
-	Order            string   `json:"order"`
-	Adapters         []string `json:"adapters"`
-	Sleep            string   `json:"sleep"`
-	RunFor           string   `json:"run_for"`
-	CPUWork          string   `json:"cpu_work"`
-	HashRounds       int      `json:"hash_rounds,omitempty"`
-	InboxRecords     int      `json:"inbox_records"`
-	InboxBatch       int      `json:"inbox_batch"`
-	InboxWait        string   `json:"inbox_batch_wait"`
-	InboxDurable     bool     `json:"inbox_durable"`
-	LatencyFor       string   `json:"latency_for"`
-	LatencyMaxRate   float64  `json:"latency_max_rate"`
-	LatencyLoad      float64  `json:"latency_load"`
-	Repeat           int      `json:"repeat"`
-	HighWaterMark    int      `json:"high_water_mark"`
-	CurveConcurrency []int    `json:"curve_concurrency,omitempty"`
-	CurveKeys        []int    `json:"curve_keys,omitempty"`
+	Workloads             []string `json:"workloads"`
+	Records               int      `json:"records"`
+	Partitions            int      `json:"partitions"`
+	Size                  int      `json:"size"`
+	Keys                  int      `json:"keys"`
+	Concurrency           int      `json:"concurrency"`
+	NoopConcurrency       int      `json:"noop_concurrency"`
+	Order                 string   `json:"order"`
+	Adapters              []string `json:"adapters"`
+	Sleep                 string   `json:"sleep"`
+	RunFor                string   `json:"run_for"`
+	CPUWork               string   `json:"cpu_work"`
+	HashRounds            int      `json:"hash_rounds,omitempty"`
+	InboxRecords          int      `json:"inbox_records"`
+	InboxBatch            int      `json:"inbox_batch"`
+	InboxWait             string   `json:"inbox_batch_wait"`
+	InboxDurable          bool     `json:"inbox_durable"`
+	LatencyFor            string   `json:"latency_for"`
+	LatencyMaxRate        float64  `json:"latency_max_rate"`
+	LatencyLoad           float64  `json:"latency_load"`
+	Repeat                int      `json:"repeat"`
+	HighWaterMark         int      `json:"high_water_mark"`
+	CurveConcurrency      []int    `json:"curve_concurrency,omitempty"`
+	CurveKeys             []int    `json:"curve_keys,omitempty"`
+	PartitionCounts       []int    `json:"partition_counts,omitempty"`
+	PartitionRecords      int      `json:"partition_records,omitempty"`
+	PartitionSleepRecords int      `json:"partition_sleep_records,omitempty"`
+	PartitionRepeat       int      `json:"partition_repeat,omitempty"`
+	PartitionHandlers     []string `json:"partition_handlers,omitempty"`
 }
 
 // Result is one consumer on one workload: one row of the table.

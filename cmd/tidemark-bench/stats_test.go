@@ -277,6 +277,7 @@ func TestExpandWorkloads(t *testing.T) {
 		{"keys,noop", []string{"noop", "keys"}},
 		{"adapters", []string{"noop", "sleep"}},
 		{"curves,inbox", []string{"inbox", "concurrency", "keys"}},
+		{"partitions,noop", []string{"noop", "partitions"}},
 	} {
 		got, err := expandWorkloads(tc.in)
 		if err != nil || !slices.Equal(got, tc.want) {
@@ -301,6 +302,9 @@ func TestParseFlagsErrors(t *testing.T) {
 		{[]string{"-brokers", "x:1", "-adapter", "sarama"}, "-adapter"},
 		{[]string{"-brokers", "x:1", "-size", "4"}, "-size"},
 		{[]string{"-brokers", "x:1", "-curve-keys", "1,0"}, "-curve-keys"},
+		{[]string{"-brokers", "x:1", "-partition-counts", "12,x"}, "-partition-counts"},
+		{[]string{"-brokers", "x:1", "-partition-handlers", "noop,cpu"}, "-partition-handlers"},
+		{[]string{"-brokers", "x:1", "-partition-sleep-records", "0"}, "-partition-sleep-records"},
 		{[]string{"-replot", "x.json"}, "-plots"},
 	} {
 		_, err := parseFlags(tc.args)
@@ -314,5 +318,12 @@ func TestParseFlagsErrors(t *testing.T) {
 	}
 	if !slices.Equal(c.brokers, []string{"a:1", "b:2"}) || c.runFor != 7*time.Second {
 		t.Errorf("brokers %q, run-for %v", c.brokers, c.runFor)
+	}
+	c, err = parseFlags([]string{"-brokers", "a:1", "-workload", "partitions", "-partition-counts", "1200,12,120,12", "-partition-handlers", "sleep"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.partCounts, []int{12, 120, 1200}) || !slices.Equal(c.partHandlers, []string{"sleep"}) {
+		t.Errorf("partition counts %v, handlers %v", c.partCounts, c.partHandlers)
 	}
 }
