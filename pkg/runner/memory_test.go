@@ -16,18 +16,23 @@ import (
 // TestHandlerMayKeepARecord: the runner keeps its own copy of every record's
 // key, value and headers, so the source may reuse its buffers once Fetched
 // returned (as a client does with its fetch buffers), and a handler may keep
-// a Record after returning. (The runner kept the source's slices: the
-// handler read bytes the source had overwritten.)
+// a Record after returning: the copy shares nothing with the source's
+// buffers, the runner does not reuse it once the record finished (later
+// batches come), and appending to a kept record's key or headers reaches
+// neither its value nor another record's. (The runner kept the source's
+// slices: the handler read bytes the source had overwritten.)
 func TestHandlerMayKeepARecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDriver()
 		reused := make(chan struct{})
 		kept := make(chan runner.Record, 4)
 		r := newRunner(t, d, runner.Handle(topic, func(_ context.Context, rec runner.Record) error {
-			<-reused
-			kept <- rec
+			if rec.Offset < 4 {
+				<-reused
+				kept <- rec
+			}
 			return nil
-		}), runner.Order(runner.Unordered))
+		}), runner.Order(runner.Unordered), runner.CommitInterval(10*time.Millisecond))
 		wait := started(t, r)
 		sink := d.sink(t)
 		ctx := context.Background()
@@ -35,31 +40,52 @@ func TestHandlerMayKeepARecord(t *testing.T) {
 			t.Fatal(err)
 		}
 		buf := []byte("key-0value-0hdr-0hval-0")
-		recs := make([]runner.Record, 4)
-		for i := range recs {
-			recs[i] = runner.Record{Topic: topic, Offset: int64(i), Key: buf[0:5], Value: buf[5:12],
-				Headers: []runner.Header{{Key: "h", Value: buf[17:23]}}}
+		fetch := func(from int64) []runner.Record {
+			recs := make([]runner.Record, 4)
+			for i := range recs {
+				recs[i] = runner.Record{Topic: topic, Offset: from + int64(i), Key: buf[0:5], Value: buf[5:12],
+					Headers: []runner.Header{{Key: "h", Value: buf[17:23]}}}
+			}
+			recs[3].Key, recs[3].Headers = nil, nil // a nil key stays nil
+			if _, err := sink.Fetched(ctx, []runner.Batch{batch(recs)}); err != nil {
+				t.Fatal(err)
+			}
+			return recs
 		}
-		recs[3].Key, recs[3].Headers = nil, nil // a nil key stays nil
-		if _, err := sink.Fetched(ctx, []runner.Batch{batch(recs)}); err != nil {
-			t.Fatal(err)
-		}
+		recs := fetch(0)
 		copy(buf, bytes.Repeat([]byte("X"), len(buf))) // the source reuses its buffer
 		for i := range recs {
 			recs[i] = runner.Record{}
 		}
 		close(reused)
+		var got [4]runner.Record
 		for range 4 {
 			rec := <-kept
-			if rec.Offset == 3 {
-				if rec.Key != nil || rec.Headers != nil || string(rec.Value) != "value-0" {
-					t.Fatalf("record 3 = key %q (nil %v) value %q headers %v, want a nil key, no headers, value-0", rec.Key, rec.Key == nil, rec.Value, rec.Headers)
-				}
-				continue
+			got[rec.Offset] = rec
+		}
+		// Every record finished: its copy is no longer charged. Later
+		// batches must not reuse it.
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
+		if s := r.Stats(); s.Bytes != 0 || s.Buffered != 0 {
+			t.Fatalf("stats %+v: want nothing charged once the batch finished", s)
+		}
+		for from := int64(4); from < 40; from += 4 {
+			copy(buf, "KEY-1VALUE-1HDR-1HVAL-1")
+			fetch(from)
+		}
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
+		runtime.GC() // the kept records alone keep their copy alive
+		got[0].Key = append(got[0].Key, "!!!!!!!!"...)
+		got[0].Headers = append(got[0].Headers, runner.Header{Key: "mine"})
+		for i, rec := range got[:3] {
+			if v, _ := rec.Header("h"); string(rec.Key[:5]) != "key-0" || string(rec.Value) != "value-0" || string(v) != "hval-0" {
+				t.Fatalf("record %d kept key %q value %q header %q, want key-0 value-0 hval-0: it shares the source's buffer, was reused, or an append reached it", i, rec.Key, rec.Value, v)
 			}
-			if v, _ := rec.Header("h"); string(rec.Key) != "key-0" || string(rec.Value) != "value-0" || string(v) != "hval-0" {
-				t.Fatalf("record %d kept key %q value %q header %q, want key-0 value-0 hval-0: it shares the source's buffer", rec.Offset, rec.Key, rec.Value, v)
-			}
+		}
+		if rec := got[3]; rec.Key != nil || rec.Headers != nil || string(rec.Value) != "value-0" {
+			t.Fatalf("record 3 = key %q (nil %v) value %q headers %v, want a nil key, no headers, value-0", rec.Key, rec.Key == nil, rec.Value, rec.Headers)
 		}
 		r.Close()
 		_ = wait()

@@ -42,8 +42,10 @@ func BenchmarkPipeline(b *testing.B) {
 			done := make(chan error, 1)
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := startCPU()
 			go func() { done <- r.Run(context.Background()) }()
 			<-all
+			cpu.report(b)
 			b.StopTimer()
 			if err := r.Shutdown(context.Background()); err != nil {
 				b.Fatal(err)
