@@ -50,17 +50,17 @@ func (c *FlowCalls) ResumeFetchPartitions(m map[string][]int32) {
 
 // CountFlowCalls makes s count its flow control calls to the client.
 func (s *Source) CountFlowCalls() *FlowCalls {
-	c := &FlowCalls{fetchControl: s.fc}
-	s.fc = c
+	c := &FlowCalls{fetchControl: s.flow.fc}
+	s.flow.fc = c
 	return c
 }
 
 // ApplyFlow tells the client what changed in the partitions to fetch, as
 // Run does before each poll.
 func (s *Source) ApplyFlow() {
-	s.flowMu.Lock()
-	s.applyFlow()
-	s.flowMu.Unlock()
+	s.flow.mu.Lock()
+	s.flow.applyLocked()
+	s.flow.mu.Unlock()
 }
 
 // Hold makes batches the records held, as a poll that returned them would,

@@ -25,9 +25,7 @@ func (s *Source) holdCap(room int) int {
 	s.ownMu.Lock()
 	owned := len(s.owned)
 	s.ownMu.Unlock()
-	s.flowMu.Lock()
-	open := owned - len(s.paused)
-	s.flowMu.Unlock()
+	open := owned - s.flow.pausedCount()
 	return max(4*room*max(open, 1), s.cfg.maxPollRecords)
 }
 
@@ -36,19 +34,11 @@ func (s *Source) holdCap(room int) int {
 func (s *Source) poll(ctx context.Context, most int) (fetches kgo.Fetches, woken bool) {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s.flowMu.Lock()
-	if s.wake {
-		s.wake = false
-		s.flowMu.Unlock()
+	if !s.flow.startPoll(cancel) {
 		return nil, true
 	}
-	s.applyFlow()
-	s.pollCancel = cancel
-	s.flowMu.Unlock()
 	fetches = s.cl.PollRecords(pctx, most)
-	s.flowMu.Lock()
-	s.pollCancel, s.wake = nil, false
-	s.flowMu.Unlock()
+	s.flow.endPoll()
 	if ctx.Err() == nil && pctx.Err() != nil {
 		// Woken by Resume: drop the client's report of the cancelled
 		// poll; anything else it returned is taken as usual.

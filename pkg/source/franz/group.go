@@ -62,15 +62,7 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 	// same partition, and records held from it (none should be: the
 	// revoke or loss dropped them).
 	s.dropHeld(tps)
-	s.flowMu.Lock()
-	for _, tp := range tps {
-		delete(s.fetchPaused, tp)
-		delete(s.flowDirty, tp)
-	}
-	// At once, not with the next poll: franz-go starts fetching them as
-	// this callback returns, and Run may be waiting in a poll.
-	s.fc.ResumeFetchPartitions(mapOf(tps))
-	s.flowMu.Unlock()
+	s.flow.assigned(tps)
 	s.log.Info("partitions assigned", "partitions", tpStrings(tps))
 	sink, ctx := s.sinkOf()
 	if sink == nil {

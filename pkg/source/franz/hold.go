@@ -40,11 +40,10 @@ func (s *Source) holding() bool {
 // offset past a record it has not seen.
 func (s *Source) take(budget int) []runner.Batch {
 	s.heldMu.Lock()
-	s.flowMu.Lock()
 	out := s.out[:0]
 	left := budget
 	for tp, pp := range s.parked {
-		if s.paused[tp] || left == 0 {
+		if left == 0 || s.flow.isPaused(tp) {
 			continue
 		}
 		k := min(left, len(pp.recs))
@@ -53,15 +52,14 @@ func (s *Source) take(budget int) []runner.Batch {
 		if len(pp.recs) == 0 {
 			b.Position = pp.pos
 			delete(s.parked, tp)
-			delete(s.parkedTPs, tp)
 			s.parkedBytes -= pp.bytes
-			s.flowDirty[tp] = true // fetched again from the next poll
+			s.flow.setParked(tp, false) // fetched again from the next poll
 		}
 		out = append(out, b)
 	}
 	for i := range s.held {
 		b := &s.held[i]
-		if b.Position < 0 || s.paused[b.TP] || s.parked[b.TP] != nil || (left == 0 && len(b.Records) > 0) {
+		if b.Position < 0 || s.parked[b.TP] != nil || (left == 0 && len(b.Records) > 0) || s.flow.isPaused(b.TP) {
 			continue // handed over, paused, or older records first
 		}
 		k := min(left, len(b.Records))
@@ -72,7 +70,6 @@ func (s *Source) take(budget int) []runner.Batch {
 		}
 		out = append(out, ob)
 	}
-	s.flowMu.Unlock()
 	s.out = out
 	if len(out) == 0 {
 		s.heldMu.Unlock()
@@ -88,7 +85,7 @@ func (s *Source) take(budget int) []runner.Batch {
 //
 // What is parked is bounded by parkLimit. A partition's records that do not
 // fit are dropped, and the client fetches them again from the first of them
-// once the partition is resumed (rewind, applied after the next poll). So
+// once the partition is resumed (refetch, applied after the next poll). So
 // the bound never blocks anything: a paused partition waits for the runner
 // to resume it, parked or not, and a resumed one is fetched again; records
 // are never lost or repeated, since the runner saw none of the dropped ones
@@ -103,20 +100,15 @@ func (s *Source) park() {
 		}
 		size := parkedSize(b.Records)
 		if s.parkedBytes+size > s.parkLimit {
-			s.flowMu.Lock()
-			s.rewind[b.TP] = b.Records[0].Offset // size > 0: there are records
-			s.flowDirty[b.TP] = true
-			s.flowMu.Unlock()
+			s.refetch[b.TP] = b.Records[0].Offset // size > 0: there are records
+			s.flow.setRefetch(b.TP)
 			continue
 		}
 		pp := s.parked[b.TP]
 		if pp == nil {
 			pp = &parkedPart{pos: -1, hwm: -1}
 			s.parked[b.TP] = pp
-			s.flowMu.Lock()
-			s.parkedTPs[b.TP] = true
-			s.flowDirty[b.TP] = true // not fetched while parked
-			s.flowMu.Unlock()
+			s.flow.setParked(b.TP, true) // not fetched while parked
 		}
 		pp.recs = parkedCopy(pp.recs, b.Records)
 		pp.pos, pp.hwm = max(pp.pos, b.Position), max(pp.hwm, b.HighWatermark)
@@ -135,26 +127,26 @@ func (s *Source) park() {
 // applyRewind sets the fetch position of the partitions whose records park
 // dropped back to the first of them. Run calls it with heldMu held, after a
 // poll and before AllowRebalance: franz-go's SetOffsets must not race a
-// revoke, and the callbacks drop a partition's rewind (dropHeld) under
+// revoke, and the callbacks drop a partition's refetch (dropHeld) under
 // heldMu before anything else.
 func (s *Source) applyRewind() {
-	s.flowMu.Lock()
-	defer s.flowMu.Unlock()
-	if len(s.rewind) == 0 {
+	if len(s.refetch) == 0 {
 		return
 	}
 	set := make(map[string]map[int32]kgo.EpochOffset)
-	for tp, off := range s.rewind {
+	tps := make([]runner.TP, 0, len(s.refetch))
+	for tp, off := range s.refetch {
 		if set[tp.Topic] == nil {
 			set[tp.Topic] = make(map[int32]kgo.EpochOffset)
 		}
 		// Epoch -1: no truncation check for a position the client had
 		// already reached.
 		set[tp.Topic][tp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: off}
-		s.flowDirty[tp] = true // may be fetched again from the next poll
+		tps = append(tps, tp)
 	}
-	clear(s.rewind)
+	clear(s.refetch)
 	s.cl.SetOffsets(set)
+	s.flow.refetched(tps) // may be fetched again from the next poll
 }
 
 // parkedSize is what parking recs costs: their keys, values and header
@@ -185,20 +177,14 @@ func (s *Source) dropHeld(tps []runner.TP) {
 			b.Records, b.Position = nil, -1
 		}
 	}
-	s.flowMu.Lock()
 	for _, tp := range tps {
 		if pp := s.parked[tp]; pp != nil {
 			s.parkedBytes -= pp.bytes
 		}
 		delete(s.parked, tp)
-		delete(s.parkedTPs, tp)
-		delete(s.rewind, tp)
-		// A new assignment starts unpaused (the runner does not resume
-		// what it revokes or loses while paused).
-		delete(s.paused, tp)
-		s.flowDirty[tp] = true
+		delete(s.refetch, tp)
 	}
-	s.flowMu.Unlock()
+	s.flow.forget(tps)
 }
 
 // parkedCopy appends recs to dst with their keys, values and headers copied

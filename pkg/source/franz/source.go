@@ -23,7 +23,6 @@ import (
 // Its methods are safe for concurrent use. A Source runs once.
 type Source struct {
 	cl     *kgo.Client
-	fc     fetchControl // cl, or a wrapper that counts the calls in tests
 	cfg    config
 	group  string
 	topics []string
@@ -122,36 +121,12 @@ type Source struct {
 	// not fit are dropped and fetched again (see park).
 	parkedBytes, parkLimit int64
 
-	// flowMu guards paused (what the runner paused), parkedTPs (the keys of
-	// parked, readable without heldMu), what the client was told
-	// (fetchPaused) and what may have to change there (flowDirty), and the
-	// wake-up of a poll.
-	//
-	// A partition is paused at the client while the runner paused it or
-	// records of it are parked (so parked records never pile up). Pause
-	// and Resume only record the change: franz-go copies its whole set of
-	// paused partitions on each PauseFetchPartitions and
-	// ResumeFetchPartitions call, so a call per toggle made water marks
-	// that flap cost O(paused) per toggle. Run tells the client once per
-	// poll, just before it (applyFlow): at most one call of each. A pause
-	// that waits for it costs nothing the runner sees (a poll strips
-	// paused partitions, and Run keeps records of paused partitions from
-	// the runner); a resume must not wait for a poll that may not end
-	// (everything else paused), so Resume ends the poll Run waits in when
-	// the client has to fetch again, as it does when parked records can
-	// go to the runner.
-	flowMu      sync.Mutex
-	paused      map[runner.TP]bool
-	parkedTPs   map[runner.TP]bool
-	fetchPaused map[runner.TP]bool // paused at the client
-	flowDirty   map[runner.TP]bool // paused, parked or assigned since the last applyFlow
-	// rewind maps partitions whose records park dropped to the offset
+	// refetch maps partitions whose records park dropped to the offset
 	// the client must fetch them from again (applyRewind, after the next
-	// poll); they stay paused at the client until then.
-	rewind     map[runner.TP]int64
-	pollCancel context.CancelFunc
-	wake       bool
-	resumed    chan struct{} // capacity 1: a Resume happened
+	// poll); flow keeps them paused at the client until then.
+	refetch map[runner.TP]int64
+
+	flow *flow // Pause, Resume and what the client was told
 }
 
 // ErrClosed is returned by Run after Close.
@@ -202,14 +177,9 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		sent:   map[*sentCommit]struct{}{},
 		floors: map[runner.TP]*floor{},
 		parked: map[runner.TP]*parkedPart{},
-		paused: map[runner.TP]bool{},
 
-		parkedTPs:   map[runner.TP]bool{},
-		fetchPaused: map[runner.TP]bool{},
-		flowDirty:   map[runner.TP]bool{},
-		rewind:      map[runner.TP]int64{},
-		parkLimit:   math.MaxInt64,
-		resumed:     make(chan struct{}, 1),
+		refetch:   map[runner.TP]int64{},
+		parkLimit: math.MaxInt64,
 	}
 
 	// Overridable defaults first, then the caller's client options, then
@@ -265,7 +235,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		cl.Close()
 		return nil, &ConfigError{Option: "ClientOptions", Reason: fmt.Sprintf("kgo.MaxConcurrentFetches(%d) is unbounded: the memory bound (runner.MaxBufferedBytes) needs a limit", s.fetches)}
 	}
-	s.cl, s.fc = cl, cl
+	s.cl, s.flow = cl, newFlow(cl)
 	return s, nil
 }
 
@@ -345,7 +315,7 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 		// the client drops what it fetched for paused partitions, to
 		// fetch it again later; with fast handlers a pause lasts well
 		// under parkWait.
-		if s.holding() && s.awaitResume(ctx) {
+		if s.holding() && s.flow.awaitResume(ctx, s.closed) {
 			continue
 		}
 		// Take the next fetch from the client, all of it if the runner
