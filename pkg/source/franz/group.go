@@ -61,7 +61,7 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 	// (or this source) may still hold from an earlier assignment of the
 	// same partition, and records held from it (none should be: the
 	// revoke or loss dropped them).
-	s.dropHeld(tps)
+	s.hold.drop(tps)
 	s.flow.assigned(tps)
 	s.log.Info("partitions assigned", "partitions", tpStrings(tps))
 	sink, ctx := s.sinkOf()
@@ -190,7 +190,7 @@ func (s *Source) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string]
 	// Records held for them never reach the runner: it would drop them
 	// anyway while draining, and after the drain they would belong to an
 	// ended assignment.
-	s.dropHeld(tps)
+	s.hold.drop(tps)
 	s.log.Info("partitions revoked; draining", "partitions", tpStrings(tps))
 	if sink, ctx := s.sinkOf(); sink != nil {
 		// Half the rebalance timeout leaves the other half for the final
@@ -213,7 +213,7 @@ func (s *Source) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int3
 		return
 	}
 	s.disown(tps)
-	s.dropHeld(tps)
+	s.hold.drop(tps)
 	s.log.Warn("partitions lost; nothing more is committed for them", "partitions", tpStrings(tps))
 	if sink, ctx := s.sinkOf(); sink != nil {
 		if err := sink.Lost(ctx, tps); !benign(ctx, err) {

@@ -1,13 +1,57 @@
 package franz
 
 import (
+	"math"
 	"slices"
+	"sync"
 	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/pkg/runner"
 )
+
+// hold is what Run took from the client and has not handed to the runner
+// yet: the records of this poll (held), those of paused partitions from
+// earlier polls (parked), and the partitions whose records did not fit in
+// parked and are fetched again (refetch).
+//
+// Run takes everything the client fetched at once (see Run) and hands it
+// to the runner within the runner's budget. mu guards what it took and has
+// not handed over yet, and is held while Run hands records over: the
+// revoke, loss and assign callbacks drop the records of their partitions
+// under it before they tell the runner, so no record of an ended
+// assignment reaches the runner after it heard of the end. Pause and
+// Resume never take it (the runner calls them while Run waits for its
+// answer, holding mu). mu is taken before flow's lock, never after.
+type hold struct {
+	cl   *kgo.Client // sets the fetch position of refetched partitions back
+	flow *flow       // told what is parked or refetched
+
+	mu     sync.Mutex
+	held   []runner.Batch            // this poll's records not handed over yet
+	orig   []runner.Batch            // this poll's batches, reused once all is handed over
+	parked map[runner.TP]*parkedPart // records of paused partitions from earlier polls
+	out    []runner.Batch            // reused for each hand-over
+	// parkedBytes is what parked holds (parkedSize), at most parkLimit
+	// (LimitFetch; unlimited until then): records of a partition that do
+	// not fit are dropped and fetched again (see park).
+	parkedBytes, parkLimit int64
+	// refetch maps partitions whose records park dropped to the offset
+	// the client must fetch them from again (applyRefetch, after the next
+	// poll); flow keeps them paused at the client until then.
+	refetch map[runner.TP]int64
+}
+
+func newHold(cl *kgo.Client, fl *flow) *hold {
+	return &hold{
+		cl:        cl,
+		flow:      fl,
+		parked:    map[runner.TP]*parkedPart{},
+		parkLimit: math.MaxInt64,
+		refetch:   map[runner.TP]int64{},
+	}
+}
 
 // parkedPart is a paused partition's records that Run took from the client
 // and could not hand over before its next poll, deep-copied out of the
@@ -21,11 +65,11 @@ type parkedPart struct {
 }
 
 // holding reports whether records of this poll are still held.
-func (s *Source) holding() bool {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	for i := range s.held {
-		if s.held[i].Position >= 0 {
+func (h *hold) holding() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range h.held {
+		if h.held[i].Position >= 0 {
 			return true
 		}
 	}
@@ -33,17 +77,17 @@ func (s *Source) holding() bool {
 }
 
 // take returns up to budget held records of unpaused partitions, parked
-// ones first (they are older), with heldMu locked: the caller hands them to
-// the runner and unlocks it. It returns nil, with heldMu unlocked, when
+// ones first (they are older), with mu locked: the caller hands them to
+// the runner and unlocks it. It returns nil, with mu unlocked, when
 // there is nothing to hand over. A batch's position goes with its last
 // record, never before, so the runner cannot move a partition's safe
 // offset past a record it has not seen.
-func (s *Source) take(budget int) []runner.Batch {
-	s.heldMu.Lock()
-	out := s.out[:0]
+func (h *hold) take(budget int) []runner.Batch {
+	h.mu.Lock()
+	out := h.out[:0]
 	left := budget
-	for tp, pp := range s.parked {
-		if left == 0 || s.flow.isPaused(tp) {
+	for tp, pp := range h.parked {
+		if left == 0 || h.flow.isPaused(tp) {
 			continue
 		}
 		k := min(left, len(pp.recs))
@@ -51,15 +95,15 @@ func (s *Source) take(budget int) []runner.Batch {
 		pp.recs, left = pp.recs[k:], left-k
 		if len(pp.recs) == 0 {
 			b.Position = pp.pos
-			delete(s.parked, tp)
-			s.parkedBytes -= pp.bytes
-			s.flow.setParked(tp, false) // fetched again from the next poll
+			delete(h.parked, tp)
+			h.parkedBytes -= pp.bytes
+			h.flow.setParked(tp, false) // fetched again from the next poll
 		}
 		out = append(out, b)
 	}
-	for i := range s.held {
-		b := &s.held[i]
-		if b.Position < 0 || s.parked[b.TP] != nil || (left == 0 && len(b.Records) > 0) || s.flow.isPaused(b.TP) {
+	for i := range h.held {
+		b := &h.held[i]
+		if b.Position < 0 || h.parked[b.TP] != nil || (left == 0 && len(b.Records) > 0) || h.flow.isPaused(b.TP) {
 			continue // handed over, paused, or older records first
 		}
 		k := min(left, len(b.Records))
@@ -70,18 +114,19 @@ func (s *Source) take(budget int) []runner.Batch {
 		}
 		out = append(out, ob)
 	}
-	s.out = out
+	h.out = out
 	if len(out) == 0 {
-		s.heldMu.Unlock()
+		h.mu.Unlock()
 		return nil
 	}
 	return out
 }
 
 // park copies what is still held (records of paused partitions) out of the
-// poll's buffers into parked, and releases the buffers for the next poll:
-// the copies share no memory with the fetch, so once the runner has copied
-// what it was handed, nothing keeps the fetch's buffers alive.
+// poll's buffers into parked, and returns the poll's batches, whose record
+// buffers the next poll may reuse (Source.reuse): the copies share no
+// memory with the fetch, so once the runner has copied what it was handed,
+// nothing keeps the fetch's buffers alive.
 //
 // What is parked is bounded by parkLimit. A partition's records that do not
 // fit are dropped, and the client fetches them again from the first of them
@@ -90,52 +135,63 @@ func (s *Source) take(budget int) []runner.Batch {
 // to resume it, parked or not, and a resumed one is fetched again; records
 // are never lost or repeated, since the runner saw none of the dropped ones
 // and no position past them.
-func (s *Source) park() {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	for i := range s.held {
-		b := &s.held[i]
+func (h *hold) park() (orig []runner.Batch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range h.held {
+		b := &h.held[i]
 		if b.Position < 0 {
 			continue
 		}
 		size := parkedSize(b.Records)
-		if s.parkedBytes+size > s.parkLimit {
-			s.refetch[b.TP] = b.Records[0].Offset // size > 0: there are records
-			s.flow.setRefetch(b.TP)
+		if h.parkedBytes+size > h.parkLimit {
+			h.refetch[b.TP] = b.Records[0].Offset // size > 0: there are records
+			h.flow.setRefetch(b.TP)
 			continue
 		}
-		pp := s.parked[b.TP]
+		pp := h.parked[b.TP]
 		if pp == nil {
 			pp = &parkedPart{pos: -1, hwm: -1}
-			s.parked[b.TP] = pp
-			s.flow.setParked(b.TP, true) // not fetched while parked
+			h.parked[b.TP] = pp
+			h.flow.setParked(b.TP, true) // not fetched while parked
 		}
 		pp.recs = parkedCopy(pp.recs, b.Records)
 		pp.pos, pp.hwm = max(pp.pos, b.Position), max(pp.hwm, b.HighWatermark)
 		pp.bytes += size
-		s.parkedBytes += size
+		h.parkedBytes += size
 	}
-	s.reuse(s.orig)
+	orig = h.orig
 	// Whole arrays, not only up to len: entries past it, from earlier
 	// polls with more partitions, would keep their records and so their
 	// fetches alive.
-	clear(s.held[:cap(s.held)])
-	s.held, s.orig = s.held[:0], nil
-	clear(s.out[:cap(s.out)])
+	clear(h.held[:cap(h.held)])
+	h.held, h.orig = h.held[:0], nil
+	clear(h.out[:cap(h.out)])
+	return orig
 }
 
-// applyRewind sets the fetch position of the partitions whose records park
-// dropped back to the first of them. Run calls it with heldMu held, after a
-// poll and before AllowRebalance: franz-go's SetOffsets must not race a
-// revoke, and the callbacks drop a partition's refetch (dropHeld) under
-// heldMu before anything else.
-func (s *Source) applyRewind() {
-	if len(s.refetch) == 0 {
+// polled makes batches, one poll's records, what is held, and sets the
+// fetch position of the refetched partitions back (applyRefetch). Run calls
+// it after the poll, with every record handed over or parked (park).
+func (h *hold) polled(batches []runner.Batch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held, h.orig = append(h.held[:0], batches...), batches
+	h.applyRefetch()
+}
+
+// applyRefetch sets the fetch position of the partitions whose records park
+// dropped back to the first of them; mu must be held. Run calls it (polled)
+// after a poll and before AllowRebalance: franz-go's SetOffsets must not
+// race a revoke, and the callbacks drop a partition's refetch (drop) under
+// mu before anything else.
+func (h *hold) applyRefetch() {
+	if len(h.refetch) == 0 {
 		return
 	}
 	set := make(map[string]map[int32]kgo.EpochOffset)
-	tps := make([]runner.TP, 0, len(s.refetch))
-	for tp, off := range s.refetch {
+	tps := make([]runner.TP, 0, len(h.refetch))
+	for tp, off := range h.refetch {
 		if set[tp.Topic] == nil {
 			set[tp.Topic] = make(map[int32]kgo.EpochOffset)
 		}
@@ -144,9 +200,16 @@ func (s *Source) applyRewind() {
 		set[tp.Topic][tp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: off}
 		tps = append(tps, tp)
 	}
-	clear(s.refetch)
-	s.cl.SetOffsets(set)
-	s.flow.refetched(tps) // may be fetched again from the next poll
+	clear(h.refetch)
+	h.cl.SetOffsets(set)
+	h.flow.refetched(tps) // may be fetched again from the next poll
+}
+
+// setParkLimit bounds the bytes parked records may take (LimitFetch).
+func (h *hold) setParkLimit(n int64) {
+	h.mu.Lock()
+	h.parkLimit = n
+	h.mu.Unlock()
 }
 
 // parkedSize is what parking recs costs: their keys, values and header
@@ -162,29 +225,29 @@ func parkedSize(recs []runner.Record) int64 {
 	return n
 }
 
-// dropHeld forgets the records held for tps, whose assignment ended or is
-// new: they were never handed to the runner, and whoever owns the
-// partitions next fetches them again. O(held + tps).
-func (s *Source) dropHeld(tps []runner.TP) {
+// drop forgets the records held for tps, whose assignment ended or is new:
+// they were never handed to the runner, and whoever owns the partitions
+// next fetches them again. O(held + tps).
+func (h *hold) drop(tps []runner.TP) {
 	drop := make(map[runner.TP]bool, len(tps))
 	for _, tp := range tps {
 		drop[tp] = true
 	}
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	for i := range s.held {
-		if b := &s.held[i]; drop[b.TP] {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range h.held {
+		if b := &h.held[i]; drop[b.TP] {
 			b.Records, b.Position = nil, -1
 		}
 	}
 	for _, tp := range tps {
-		if pp := s.parked[tp]; pp != nil {
-			s.parkedBytes -= pp.bytes
+		if pp := h.parked[tp]; pp != nil {
+			h.parkedBytes -= pp.bytes
 		}
-		delete(s.parked, tp)
-		delete(s.refetch, tp)
+		delete(h.parked, tp)
+		delete(h.refetch, tp)
 	}
-	s.flow.forget(tps)
+	h.flow.forget(tps)
 }
 
 // parkedCopy appends recs to dst with their keys, values and headers copied

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -103,29 +102,7 @@ type Source struct {
 	// buffers as one poll had partitions.
 	recBufs [][]runner.Record
 
-	// Run takes everything the client fetched at once (see Run) and hands
-	// it to the runner within the runner's budget. heldMu guards what it
-	// took and has not handed over yet, and is held while Run hands
-	// records over: the revoke, loss and assign callbacks drop the records
-	// of their partitions under it before they tell the runner, so no
-	// record of an ended assignment reaches the runner after it heard of
-	// the end. Pause and Resume never take it (the runner calls them while
-	// Run waits for its answer, holding heldMu).
-	heldMu sync.Mutex
-	held   []runner.Batch            // this poll's records not handed over yet
-	orig   []runner.Batch            // this poll's batches, reused once all is handed over
-	parked map[runner.TP]*parkedPart // records of paused partitions from earlier polls
-	out    []runner.Batch            // reused for each hand-over
-	// parkedBytes is what parked holds (parkedSize), at most parkLimit
-	// (LimitFetch; unlimited until then): records of a partition that do
-	// not fit are dropped and fetched again (see park).
-	parkedBytes, parkLimit int64
-
-	// refetch maps partitions whose records park dropped to the offset
-	// the client must fetch them from again (applyRewind, after the next
-	// poll); flow keeps them paused at the client until then.
-	refetch map[runner.TP]int64
-
+	hold *hold // records taken from the client, not handed over yet
 	flow *flow // Pause, Resume and what the client was told
 }
 
@@ -176,10 +153,6 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		owned:  map[runner.TP]string{},
 		sent:   map[*sentCommit]struct{}{},
 		floors: map[runner.TP]*floor{},
-		parked: map[runner.TP]*parkedPart{},
-
-		refetch:   map[runner.TP]int64{},
-		parkLimit: math.MaxInt64,
 	}
 
 	// Overridable defaults first, then the caller's client options, then
@@ -236,6 +209,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		return nil, &ConfigError{Option: "ClientOptions", Reason: fmt.Sprintf("kgo.MaxConcurrentFetches(%d) is unbounded: the memory bound (runner.MaxBufferedBytes) needs a limit", s.fetches)}
 	}
 	s.cl, s.flow = cl, newFlow(cl)
+	s.hold = newHold(cl, s.flow)
 	return s, nil
 }
 
@@ -299,9 +273,9 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 	for {
 		// Hand over what is held for unpaused partitions, as far as the
 		// runner's budget goes, while the client fetches the next batch.
-		if out := s.take(budget); out != nil {
+		if out := s.hold.take(budget); out != nil {
 			n, err := sink.Fetched(ctx, out)
-			s.heldMu.Unlock()
+			s.hold.mu.Unlock()
 			if err != nil {
 				return s.fetchedErr(ctx, err)
 			}
@@ -315,7 +289,7 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 		// the client drops what it fetched for paused partitions, to
 		// fetch it again later; with fast handlers a pause lasts well
 		// under parkWait.
-		if s.holding() && s.flow.awaitResume(ctx, s.closed) {
+		if s.hold.holding() && s.flow.awaitResume(ctx, s.closed) {
 			continue
 		}
 		// Take the next fetch from the client, all of it if the runner
@@ -325,14 +299,11 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 		// franz-go fetches from a broker again only once its buffered
 		// fetch was taken. Records of partitions still paused are
 		// parked first, so the poll's buffers can be reused.
-		s.park()
+		s.reuse(s.hold.park())
 		s.fitBrokers()
 		fetches, woken := s.poll(ctx, s.holdCap(room))
 		batches, stop, err := s.batches(ctx, fetches)
-		s.heldMu.Lock()
-		s.held, s.orig = append(s.held[:0], batches...), batches
-		s.applyRewind()
-		s.heldMu.Unlock()
+		s.hold.polled(batches)
 		// Only now, with every record of the poll held (and dropped
 		// there by a revoke or loss before the runner hears of it), may a
 		// rebalance callback run. AllowRebalance without a poll that
