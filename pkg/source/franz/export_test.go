@@ -129,3 +129,10 @@ func (s *Source) ParkedBytes() int64 {
 
 // ParkedSize is what parking recs costs.
 func ParkedSize(recs []runner.Record) int64 { return parkedSize(recs) }
+
+// HandOver is one hand-over of Run's loop: what is held for unpaused
+// partitions, up to budget records, to sink. handed is false when nothing
+// was held.
+func (s *Source) HandOver(ctx context.Context, sink runner.Sink, budget int) (n int, handed bool, err error) {
+	return s.hold.handOver(ctx, sink, budget)
+}

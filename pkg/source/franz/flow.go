@@ -27,10 +27,12 @@ import (
 // records can go to the runner.
 //
 // mu guards every field but fc (set before Run) and resumed. Each method
-// takes mu and releases it before it returns; mu is held across the
-// client's PauseFetchPartitions and ResumeFetchPartitions, which only
-// update the client's paused set, never across I/O. The held records' lock
-// is taken before mu, never after: flow calls nothing of theirs.
+// takes mu and releases it before it returns, but applyLocked, which its
+// caller (startPoll) calls with mu held. mu is held across the client's
+// PauseFetchPartitions and ResumeFetchPartitions, which only update the
+// client's paused set, and never across I/O or a call into the runner.
+// The hold's lock is taken before mu, never after: flow calls nothing of
+// the hold's.
 type flow struct {
 	fc fetchControl
 

@@ -1,6 +1,7 @@
 package franz
 
 import (
+	"context"
 	"math"
 	"slices"
 	"sync"
@@ -17,13 +18,22 @@ import (
 // parked and are fetched again (refetch).
 //
 // Run takes everything the client fetched at once (see Run) and hands it
-// to the runner within the runner's budget. mu guards what it took and has
-// not handed over yet, and is held while Run hands records over: the
-// revoke, loss and assign callbacks drop the records of their partitions
-// under it before they tell the runner, so no record of an ended
-// assignment reaches the runner after it heard of the end. Pause and
-// Resume never take it (the runner calls them while Run waits for its
-// answer, holding mu). mu is taken before flow's lock, never after.
+// to the runner within the runner's budget (handOver). mu guards what it
+// took and has not handed over yet. Every method takes mu and releases it
+// before it returns, and none holds it across a call into the runner or
+// across I/O: the runner calls Pause and Resume while Run waits in
+// Sink.Fetched, and the client's callbacks drop partitions meanwhile. mu
+// is held across the client's SetOffsets (polled), which moves the
+// client's fetch positions and asks nothing of a broker. mu is taken
+// before flow's lock, never after.
+//
+// No record of an ended assignment reaches the runner after it heard of
+// the end: the revoke, loss and assign callbacks drop the records of
+// their partitions (drop) before they tell the runner. drop removes them
+// under mu, so no hand-over taken after it has any; and if the one
+// hand-over that can be in Sink.Fetched at that moment (only Run's
+// goroutine hands over) has records of them, drop waits, without mu,
+// until Fetched returned. A drop of partitions not in it does not wait.
 type hold struct {
 	cl   *kgo.Client // sets the fetch position of refetched partitions back
 	flow *flow       // told what is parked or refetched
@@ -38,9 +48,15 @@ type hold struct {
 	// not fit are dropped and fetched again (see park).
 	parkedBytes, parkLimit int64
 	// refetch maps partitions whose records park dropped to the offset
-	// the client must fetch them from again (applyRefetch, after the next
+	// the client must fetch them from again (polled, after the next
 	// poll); flow keeps them paused at the client until then.
 	refetch map[runner.TP]int64
+	// handing is set while a hand-over is in Sink.Fetched, and names its
+	// partitions (reused for each); waiter, made by the first drop that
+	// waits for it, is closed when Fetched returned.
+	handing bool
+	handTPs []runner.TP
+	waiter  chan struct{}
 }
 
 func newHold(cl *kgo.Client, fl *flow) *hold {
@@ -76,12 +92,30 @@ func (h *hold) holding() bool {
 	return false
 }
 
-// take returns up to budget held records of unpaused partitions, parked
-// ones first (they are older), with mu locked: the caller hands them to
-// the runner and unlocks it. It returns nil, with mu unlocked, when
-// there is nothing to hand over. A batch's position goes with its last
-// record, never before, so the runner cannot move a partition's safe
-// offset past a record it has not seen.
+// handOver hands up to budget held records of unpaused partitions to sink
+// (Sink.Fetched), parked ones first (they are older), and returns the
+// runner's answer; handed is false, and sink is not called, when there is
+// nothing to hand over. A batch's position goes with its last record,
+// never before, so the runner cannot move a partition's safe offset past a
+// record it has not seen. mu is not held while Fetched runs (see hold).
+func (h *hold) handOver(ctx context.Context, sink runner.Sink, budget int) (n int, handed bool, err error) {
+	out := h.take(budget)
+	if out == nil {
+		return 0, false, nil
+	}
+	n, err = sink.Fetched(ctx, out)
+	h.mu.Lock()
+	h.handing = false
+	if h.waiter != nil {
+		close(h.waiter)
+		h.waiter = nil
+	}
+	h.mu.Unlock()
+	return n, true, err
+}
+
+// take takes the records of handOver out of what is held and marks them
+// handing; nil when there is nothing to hand over.
 func (h *hold) take(budget int) []runner.Batch {
 	h.mu.Lock()
 	out := h.out[:0]
@@ -119,6 +153,12 @@ func (h *hold) take(budget int) []runner.Batch {
 		h.mu.Unlock()
 		return nil
 	}
+	h.handing = true
+	h.handTPs = h.handTPs[:0]
+	for i := range out {
+		h.handTPs = append(h.handTPs, out[i].TP)
+	}
+	h.mu.Unlock()
 	return out
 }
 
@@ -171,21 +211,15 @@ func (h *hold) park() (orig []runner.Batch) {
 }
 
 // polled makes batches, one poll's records, what is held, and sets the
-// fetch position of the refetched partitions back (applyRefetch). Run calls
-// it after the poll, with every record handed over or parked (park).
+// fetch position of the partitions whose records park dropped back to the
+// first of them. Run calls it after the poll, with every record handed
+// over or parked (park), and before AllowRebalance: franz-go's SetOffsets
+// must not race a revoke, and the callbacks drop a partition's refetch
+// (drop) under mu before anything else.
 func (h *hold) polled(batches []runner.Batch) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.held, h.orig = append(h.held[:0], batches...), batches
-	h.applyRefetch()
-}
-
-// applyRefetch sets the fetch position of the partitions whose records park
-// dropped back to the first of them; mu must be held. Run calls it (polled)
-// after a poll and before AllowRebalance: franz-go's SetOffsets must not
-// race a revoke, and the callbacks drop a partition's refetch (drop) under
-// mu before anything else.
-func (h *hold) applyRefetch() {
 	if len(h.refetch) == 0 {
 		return
 	}
@@ -227,14 +261,15 @@ func parkedSize(recs []runner.Record) int64 {
 
 // drop forgets the records held for tps, whose assignment ended or is new:
 // they were never handed to the runner, and whoever owns the partitions
-// next fetches them again. O(held + tps).
+// next fetches them again. It returns once none of their records can reach
+// the runner any more: if the hand-over in Sink.Fetched has some, once
+// Fetched returned (see hold). O(held + tps).
 func (h *hold) drop(tps []runner.TP) {
 	drop := make(map[runner.TP]bool, len(tps))
 	for _, tp := range tps {
 		drop[tp] = true
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	for i := range h.held {
 		if b := &h.held[i]; drop[b.TP] {
 			b.Records, b.Position = nil, -1
@@ -248,6 +283,17 @@ func (h *hold) drop(tps []runner.TP) {
 		delete(h.refetch, tp)
 	}
 	h.flow.forget(tps)
+	var wait chan struct{}
+	if h.handing && slices.ContainsFunc(h.handTPs, func(tp runner.TP) bool { return drop[tp] }) {
+		if h.waiter == nil {
+			h.waiter = make(chan struct{})
+		}
+		wait = h.waiter
+	}
+	h.mu.Unlock()
+	if wait != nil {
+		<-wait
+	}
 }
 
 // parkedCopy appends recs to dst with their keys, values and headers copied

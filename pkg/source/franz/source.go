@@ -273,9 +273,7 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 	for {
 		// Hand over what is held for unpaused partitions, as far as the
 		// runner's budget goes, while the client fetches the next batch.
-		if out := s.hold.take(budget); out != nil {
-			n, err := sink.Fetched(ctx, out)
-			s.hold.mu.Unlock()
+		if n, handed, err := s.hold.handOver(ctx, sink, budget); handed {
 			if err != nil {
 				return s.fetchedErr(ctx, err)
 			}
