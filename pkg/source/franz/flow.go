@@ -203,11 +203,14 @@ func (f *flow) resume(tps []runner.TP) {
 	}
 }
 
-// isPaused reports whether the runner paused tp.
-func (f *flow) isPaused(tp runner.TP) bool {
+// pausedOf appends to dst, for each of tps, whether the runner paused it.
+func (f *flow) pausedOf(tps []runner.TP, dst []bool) []bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.paused[tp]
+	for i := range tps {
+		dst = append(dst, f.paused[tps[i]])
+	}
+	return dst
 }
 
 // pausedCount is how many partitions the runner paused.

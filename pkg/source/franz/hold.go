@@ -57,6 +57,10 @@ type hold struct {
 	handing bool
 	handTPs []runner.TP
 	waiter  chan struct{}
+	// cand and candPaused are take's, reused: the partitions it may take
+	// records of and whether the runner paused them.
+	cand       []runner.TP
+	candPaused []bool
 }
 
 func newHold(cl *kgo.Client, fl *flow) *hold {
@@ -118,12 +122,27 @@ func (h *hold) handOver(ctx context.Context, sink runner.Sink, budget int) (n in
 // handing; nil when there is nothing to hand over.
 func (h *hold) take(budget int) []runner.Batch {
 	h.mu.Lock()
+	// The partitions with records to hand over, parked ones first, and
+	// which of them the runner paused, asked of flow at once.
+	cand := h.cand[:0]
+	for tp := range h.parked {
+		cand = append(cand, tp)
+	}
+	nparked := len(cand)
+	for i := range h.held {
+		if h.held[i].Position >= 0 {
+			cand = append(cand, h.held[i].TP)
+		}
+	}
+	paused := h.flow.pausedOf(cand, h.candPaused[:0])
+	h.cand, h.candPaused = cand, paused
 	out := h.out[:0]
 	left := budget
-	for tp, pp := range h.parked {
-		if left == 0 || h.flow.isPaused(tp) {
+	for i, tp := range cand[:nparked] {
+		if left == 0 || paused[i] {
 			continue
 		}
+		pp := h.parked[tp]
 		k := min(left, len(pp.recs))
 		b := runner.Batch{TP: tp, Records: pp.recs[:k:k], Position: -1, HighWatermark: pp.hwm}
 		pp.recs, left = pp.recs[k:], left-k
@@ -135,10 +154,16 @@ func (h *hold) take(budget int) []runner.Batch {
 		}
 		out = append(out, b)
 	}
+	next := nparked
 	for i := range h.held {
 		b := &h.held[i]
-		if b.Position < 0 || h.parked[b.TP] != nil || (left == 0 && len(b.Records) > 0) || h.flow.isPaused(b.TP) {
-			continue // handed over, paused, or older records first
+		if b.Position < 0 {
+			continue // handed over
+		}
+		isPaused := paused[next]
+		next++
+		if isPaused || h.parked[b.TP] != nil || (left == 0 && len(b.Records) > 0) {
+			continue // paused, or older records first
 		}
 		k := min(left, len(b.Records))
 		ob := runner.Batch{TP: b.TP, Records: b.Records[:k:k], Position: -1, HighWatermark: b.HighWatermark}
