@@ -18,10 +18,20 @@ import (
 // when ctx is done or after Close, with nil or the fatal error that stopped
 // it.
 //
-// Pause and Resume are called from the runner's poll goroutine and must not
-// block. The runner does not resume a partition it revokes or loses while
-// paused: a new assignment must start unpaused, so the source resumes a
-// partition when it assigns it again. Commit is called from the runner's single commit goroutine, never
+// Pause and Resume are called from the runner's poll goroutine, never
+// concurrently with each other, and must not block. The runner calls them
+// while the source is inside a Sink call: before Fetched returns (it pauses
+// the partitions a hand-over brought to their high water mark), before
+// Assigned returns (under the global cap new partitions start paused), and
+// at any time while Revoked or Lost wait. So a source must not hold, across
+// a Sink call, a lock that Pause or Resume take: the runner would wait for
+// the source and the source for the runner. They may also run concurrently
+// with Run, the client's own goroutines and callbacks, Commit, and
+// WriteDeadLetter (called from the runner's workers); never with Close,
+// which comes after the last of them. The runner does not resume a
+// partition it revokes or loses while paused: a new assignment must start
+// unpaused, so the source resumes a partition when it assigns it again.
+// Commit is called from the runner's single commit goroutine, never
 // concurrently with itself; it commits exactly the offsets given (the next
 // offset to consume, per partition) and returns when the broker has answered
 // or ctx is done. A nil error means every offset was acknowledged; any error

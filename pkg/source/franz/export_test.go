@@ -50,28 +50,29 @@ func (c *FlowCalls) ResumeFetchPartitions(m map[string][]int32) {
 
 // CountFlowCalls makes s count its flow control calls to the client.
 func (s *Source) CountFlowCalls() *FlowCalls {
-	c := &FlowCalls{fetchControl: s.fc}
-	s.fc = c
+	c := &FlowCalls{fetchControl: s.flow.fc}
+	s.flow.fc = c
 	return c
 }
 
 // ApplyFlow tells the client what changed in the partitions to fetch, as
 // Run does before each poll.
 func (s *Source) ApplyFlow() {
-	s.flowMu.Lock()
-	s.applyFlow()
-	s.flowMu.Unlock()
+	s.flow.mu.Lock()
+	s.flow.applyLocked()
+	s.flow.mu.Unlock()
 }
 
 // Hold makes batches the records held, as a poll that returned them would,
 // and DropHeld drops those of drop, as a revoke does.
 func (s *Source) Hold(batches []runner.Batch) {
-	s.heldMu.Lock()
-	s.held = append(s.held[:0], batches...)
-	s.heldMu.Unlock()
+	h := s.hold
+	h.mu.Lock()
+	h.held = append(h.held[:0], batches...)
+	h.mu.Unlock()
 }
 
-func (s *Source) DropHeld(drop []runner.TP) { s.dropHeld(drop) }
+func (s *Source) DropHeld(drop []runner.TP) { s.hold.drop(drop) }
 
 // Park makes batches this poll's records, all of them still held (their
 // partitions paused), and parks them as Run does before its next poll. It
@@ -79,16 +80,17 @@ func (s *Source) DropHeld(drop []runner.TP) { s.dropHeld(drop) }
 // buffers still hold (they are cleared when reused).
 func (s *Source) Park(batches []runner.Batch) (parked map[runner.TP][]runner.Record, pinned int) {
 	s.Pause(tpsOfBatches(batches))
-	s.heldMu.Lock()
-	s.held, s.orig = append(s.held[:0], batches...), batches
-	s.heldMu.Unlock()
-	s.park()
+	h := s.hold
+	h.mu.Lock()
+	h.held, h.orig = append(h.held[:0], batches...), batches
+	h.mu.Unlock()
+	s.reuse(h.park())
 	parked = map[runner.TP][]runner.Record{}
-	s.heldMu.Lock()
-	for tp, pp := range s.parked {
+	h.mu.Lock()
+	for tp, pp := range h.parked {
 		parked[tp] = pp.recs
 	}
-	s.heldMu.Unlock()
+	h.mu.Unlock()
 	for _, b := range s.recBufs {
 		for _, r := range b[:cap(b)] {
 			if r.Key != nil || r.Value != nil || r.Headers != nil {
@@ -110,17 +112,16 @@ func tpsOfBatches(bs []runner.Batch) []runner.TP {
 // SetParkLimit bounds the bytes parked records may take (LimitFetch sets
 // it from FetchLimits).
 func (s *Source) SetParkLimit(n int64) {
-	s.heldMu.Lock()
-	s.parkLimit = n
-	s.heldMu.Unlock()
+	s.hold.setParkLimit(n)
 }
 
 // ParkedBytes is what the parked records take, counted as park counts it.
 func (s *Source) ParkedBytes() int64 {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
+	h := s.hold
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	var n int64
-	for _, pp := range s.parked {
+	for _, pp := range h.parked {
 		n += parkedSize(pp.recs)
 	}
 	return n
@@ -128,3 +129,10 @@ func (s *Source) ParkedBytes() int64 {
 
 // ParkedSize is what parking recs costs.
 func ParkedSize(recs []runner.Record) int64 { return parkedSize(recs) }
+
+// HandOver is one hand-over of Run's loop: what is held for unpaused
+// partitions, up to budget records, to sink. handed is false when nothing
+// was held.
+func (s *Source) HandOver(ctx context.Context, sink runner.Sink, budget int) (n int, handed bool, err error) {
+	return s.hold.handOver(ctx, sink, budget)
+}

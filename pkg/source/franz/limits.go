@@ -95,9 +95,7 @@ func (s *Source) LimitFetch(l runner.FetchLimits) error {
 			"(%d concurrent fetches, each expanding up to %.1f times in memory for records of at least %d bytes compressed up to %gx); "+
 			"at least %d are needed: raise MaxBufferedBytes, or lower kgo.MaxConcurrentFetches", l.Bytes, fetch, k, e, l.MinRecordBytes, l.MaxCompression, minFetchBytes)
 	}
-	s.heldMu.Lock()
-	s.parkLimit = park
-	s.heldMu.Unlock()
+	s.hold.setParkLimit(park)
 	s.limMu.Lock()
 	s.sizing = &sz
 	lim := s.resizeLocked(k, e)
