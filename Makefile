@@ -78,8 +78,9 @@ unit:
 # without either the tests fail and say how to start the bed. The memory
 # bound test runs once more without -race, whose bookkeeping inflates the
 # heap: that run checks the tight bound. SERIAL_TESTS change server
-# settings of the bed, so they run after the parallel packages, alone.
-SERIAL_TESTS := ^TestInboxSyncStandbyNeverAnswers$$
+# settings of the bed or restart it, so they run after the parallel
+# packages, alone.
+SERIAL_TESTS := ^(TestInboxSyncStandbyNeverAnswers|TestInboxCommitXIDReusedAfterCrash)$$
 integration:
 	@if [ -z "$${TIDEMARK_KAFKA_BROKERS:-}" ] && [ -f "$(BED_ENV)" ]; then . "$(BED_ENV)"; fi; \
 	set -x; \

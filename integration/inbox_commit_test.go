@@ -19,12 +19,16 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidemark/tidemark/pkg/inbox"
@@ -46,13 +50,17 @@ type pgCut struct {
 	// cancel a query when its ctx ends), as a network that lost the
 	// server would.
 	dropCancels atomic.Bool
-	wg          sync.WaitGroup
+	// atCrash runs, for cutCrash, while the COMMIT is held: it is never
+	// sent, and the connection is cut once atCrash returned.
+	atCrash func()
+	wg      sync.WaitGroup
 }
 
 const (
 	cutNone int32 = iota
 	cutBefore
 	cutAfter
+	cutCrash
 )
 
 func newPGCut(t *testing.T) *pgCut {
@@ -198,6 +206,11 @@ func (p *pgCut) serve(c, s net.Conn) {
 			switch p.armed.Swap(cutNone) {
 			case cutBefore:
 				p.cuts.Add(1)
+				done()
+				return
+			case cutCrash:
+				p.cuts.Add(1)
+				p.atCrash()
 				done()
 				return
 			case cutAfter:
@@ -449,4 +462,127 @@ func (d *dlqRecorder) count() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.got)
+}
+
+// TestInboxCommitXIDReusedAfterCrash: PostgreSQL crashes (an immediate
+// shutdown, as a kill -9 of the server would) while a record's COMMIT is
+// on its way, before the transaction's WAL reached the disk. The
+// transaction is gone, and so is every trace of its id: crash recovery
+// sets the next transaction id from the WAL it has, so the first
+// transactions after the restart are given the same ids again. One of
+// them commits, and pg_xact_status of the lost transaction's id then
+// says "committed" — of another transaction. The chaos suite lost two
+// records that way (seed 1796129993360595311: two consumers' COMMITs in
+// doubt across a PostgreSQL crash, both "committed", neither applied).
+// The handler must not take pg_xact_status's word alone: the record's
+// inbox row, written in the same transaction, is what tells. It restarts
+// the bed's PostgreSQL, so make test runs it in its serial phase.
+func TestInboxCommitXIDReusedAfterCrash(t *testing.T) {
+	ctx := context.Background()
+	script, err := filepath.Abs("../scripts/testbed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := inboxDB(t)
+	// The WAL writer writes the WAL every wal_writer_delay; with it at
+	// its maximum, 10 s, nothing writes the lost transaction's WAL before
+	// the crash (nothing else commits meanwhile: the serial phase runs
+	// this test alone).
+	setWALWriterDelay := func(v string) {
+		t.Helper()
+		q := "ALTER SYSTEM RESET wal_writer_delay"
+		if v != "" {
+			q = "ALTER SYSTEM SET wal_writer_delay = '" + v + "'"
+		}
+		if _, err := home.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := home.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setWALWriterDelay("10s")
+	t.Cleanup(func() { setWALWriterDelay("") })
+
+	p := newPGCut(t)
+	pool, err := pgxpool.New(ctx, p.dsn(t, home.Config().ConnConfig.RuntimeParams["search_path"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := inboxStore(t, pool, "g", inbox.InDoubtTimeout(time.Minute))
+	inboxTake(t, s, runner.TP{Topic: "t", Partition: 0}, -1)
+	var xid atomic.Int64 // the id of the last transaction the effect ran in
+	effect := inboxEffect("a")
+	h := s.Handler(func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
+		var x int64
+		if err := tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text::bigint").Scan(&x); err != nil {
+			return err
+		}
+		xid.Store(x)
+		return effect(ctx, tx, rec)
+	})
+	// Once through, so that pgx has prepared the statements (the proxy
+	// then sees the COMMIT's Bind).
+	if err := h(ctx, inboxRec("t", 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	// The bed commits asynchronously (synchronous_commit off): write
+	// what the test set up to the disk, or the crash forgets it too.
+	if _, err := home.Exec(ctx, "CHECKPOINT"); err != nil {
+		t.Fatal(err)
+	}
+
+	// At the COMMIT of record 1: crash and restart PostgreSQL, then run
+	// transactions until one is given the lost transaction's id.
+	var reused []int64
+	p.atCrash = func() {
+		if out, err := exec.Command(script, "restart", "postgres", "--kill").CombinedOutput(); err != nil {
+			t.Errorf("scripts/testbed restart postgres --kill: %v\n%s", err, out)
+			return
+		}
+		conn, err := pgx.Connect(ctx, os.Getenv("TIDEMARK_PG_DSN"))
+		if err != nil {
+			t.Errorf("connecting after the restart: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		for range 1000 {
+			var x int64
+			err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				return tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text::bigint").Scan(&x)
+			})
+			if err != nil {
+				t.Errorf("a transaction after the restart: %v", err)
+				return
+			}
+			reused = append(reused, x)
+			if x >= xid.Load() {
+				return
+			}
+		}
+	}
+	p.armed.Store(cutCrash)
+	err = h(ctx, inboxRec("t", 0, 1))
+	if t.Failed() {
+		t.FailNow()
+	}
+	lost := xid.Load()
+	if !slices.Contains(reused, lost) {
+		t.Fatalf("the test's premise failed: the lost transaction's id %d was not given again after the crash (ids after it: %v); "+
+			"its WAL reached the disk before the crash", lost, reused)
+	}
+	if n := inboxCount(t, home, `SELECT count(*) FROM effects WHERE "offset" = 1`); n != 0 {
+		t.Fatalf("%d effects of record 1, whose transaction the crash rolled back", n)
+	}
+	if err == nil || errors.Is(err, runner.ErrOutcomeUnknown) {
+		t.Fatalf("a record whose transaction the crash rolled back, its id %d since committed by another transaction: %v, "+
+			"want an error that is not ErrOutcomeUnknown (nil reports it applied: it would be lost)", lost, err)
+	}
+	if err := h(ctx, inboxRec("t", 0, 1)); err != nil {
+		t.Fatalf("record 1 again: %v", err)
+	}
+	if n := inboxCount(t, home, `SELECT count(*) FROM effects WHERE "offset" = 1`); n != 1 {
+		t.Fatalf("%d effects of record 1, want 1", n)
+	}
 }

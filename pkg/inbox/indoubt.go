@@ -23,6 +23,13 @@ import (
 // record would be given up. So the Store learns the outcome from another
 // connection — pg_xact_status of the transaction's id, which the claim
 // returned — and reports a failure only when the transaction rolled back.
+// pg_xact_status's word is not enough, though: a transaction id is only
+// remembered once the WAL that names it reached the disk, so after a crash
+// of the server the ids of transactions lost in the crash are given again,
+// and the lost transaction's id may belong to one that committed since.
+// The records' inbox rows, written in the same transaction, are what tells
+// (see verdict).
+//
 // pg_xact_status does not wait for a transaction still in progress (a
 // COMMIT waiting for a synchronous standby is in progress until the standby
 // answers): the Store asks again, for up to InDoubtTimeout, and then
@@ -111,6 +118,45 @@ func (s *Store) outcome(ctx context.Context, sc *schema, xid int64) xactOutcome 
 	}
 }
 
+// verdict is what became of the transaction xid that claimed recs: it
+// waits for the transaction to end (outcome), then asks for the records'
+// inbox rows. They exist, the records are applied, whatever
+// pg_xact_status said (with "aborted", a newer owner applied them); one is
+// missing, the transaction did not commit — with "committed", that was
+// another transaction given the same id after a crash (see above). Missing
+// rows of a transaction that did commit (retention pruned them meanwhile,
+// or a newer owner's rows) make it say rolled back, which is safe: the
+// next attempt finds the records applied and skips them. No records (none
+// of the transaction's was applied): pg_xact_status's word.
+func (s *Store) verdict(ctx context.Context, sc *schema, xid int64, recs []*runner.Record) xactOutcome {
+	o := s.outcome(ctx, sc, xid)
+	if o == xactUnknown || len(recs) == 0 {
+		return o
+	}
+	topics := make([]string, len(recs))
+	parts := make([]int32, len(recs))
+	offs := make([]int64, len(recs))
+	for i, r := range recs {
+		topics[i], parts[i], offs[i] = r.Topic, r.Partition, r.Offset
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.inDoubtTimeout)
+	defer cancel()
+	var n int
+	if err := s.pool.QueryRow(qctx, sc.sql.rows, s.group, topics, parts, offs).Scan(&n); err != nil {
+		s.log.Debug("inbox: asking for an in-doubt commit's rows failed", "xid", xid, "err", err)
+		return xactUnknown
+	}
+	switch {
+	case n == len(recs):
+		return xactCommitted
+	case o == xactCommitted:
+		s.log.Warn("inbox: pg_xact_status says an in-doubt transaction committed, but its inbox rows are missing: "+
+			"its id was given again after a crash of the server; the transaction rolled back",
+			"records", recs[0].String(), "xid", xid, "rows", n, "want", len(recs))
+	}
+	return xactAborted
+}
+
 // doubts are the records of a Store whose last COMMIT is in doubt, with
 // their transaction's id. Entries are removed when an attempt learns the
 // outcome; a record whose partition went to another member may keep its
@@ -167,7 +213,7 @@ func (s *Store) settled(ctx context.Context, rec *runner.Record) (done bool, err
 	if err != nil {
 		return false, err
 	}
-	switch s.outcome(ctx, sc, xid) {
+	switch s.verdict(ctx, sc, xid, []*runner.Record{rec}) {
 	case xactCommitted:
 		s.doubts.remove(rec)
 		s.countApplied(ctx, 1)
@@ -184,7 +230,7 @@ func (s *Store) settled(ctx context.Context, rec *runner.Record) (done bool, err
 // policy applies: nothing was applied), unknown an *InDoubtError, and the
 // records are remembered in doubt.
 func (s *Store) resolveCommit(ctx context.Context, sc *schema, what string, xid int64, cause error, recs []*runner.Record) (applied bool, err error) {
-	switch s.outcome(ctx, sc, xid) {
+	switch s.verdict(ctx, sc, xid, recs) {
 	case xactCommitted:
 		s.log.Info("inbox: a COMMIT's answer was lost; the transaction committed", "records", what, "xid", xid, "cause", cause)
 		return true, nil

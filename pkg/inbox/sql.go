@@ -24,6 +24,10 @@ type statements struct {
 	// aborted, in progress, or NULL when it is too old to know. Argument:
 	// the id (pg_current_xact_id, as bigint).
 	xactStatus string
+	// rows counts the inbox rows of records, to check what pg_xact_status
+	// said of their transaction (see verdict). Arguments: group, topics,
+	// partitions, offsets (parallel).
+	rows string
 	// unclaim deletes a record's inbox row when its effect failed inside a
 	// batch. Arguments: group, topic, partition, offset.
 	unclaim string
@@ -110,6 +114,9 @@ SELECT (SELECT epoch FROM lease), EXISTS (SELECT FROM claimed), pg_current_xact_
 SELECT (SELECT epoch FROM lease), ARRAY (SELECT "offset" FROM claimed), pg_current_xact_id()::text::bigint`,
 
 		xactStatus: `SELECT pg_xact_status($1::bigint::text::xid8)`,
+
+		rows: `SELECT count(*) FROM unnest($2::text[], $3::int[], $4::bigint[]) AS u(t, p, o)
+JOIN ` + n.inbox + ` i ON i.group_id = $1 AND i.topic = u.t AND i.partition = u.p AND i."offset" = u.o`,
 
 		unclaim: `DELETE FROM ` + n.inbox + ` WHERE group_id = $1 AND topic = $2 AND partition = $3 AND "offset" = $4`,
 
