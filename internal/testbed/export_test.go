@@ -1,0 +1,38 @@
+package testbed
+
+import (
+	"syscall"
+	"time"
+)
+
+// The internals the external tests reach.
+
+type Mark = mark
+type Ports = ports
+
+var (
+	PomVersion    = pomVersion
+	LoadState     = loadState
+	SaveState     = saveState
+	StatePath     = statePath
+	LockPath      = lockPath
+	Lock          = lock
+	Ours          = ours
+	Exited        = exited
+	PortFree      = portFree
+	StartDetached = startDetached
+)
+
+func (m Mark) In(argv []string) bool           { return m.in(argv) }
+func NewPorts(kafka, controller, pg int) Ports { return ports{kafka, controller, pg} }
+func (p Ports) Values() (int, int, int)        { return p.kafka, p.controller, p.pg }
+
+func (c Config) ResolvePorts(st *State, kafkaRuns, pgRuns bool) (Ports, error) {
+	return c.resolvePorts(st, kafkaRuns, pgRuns)
+}
+
+func (c Config) WithDefaults() (Config, error) { return c.withDefaults() }
+
+func StopProcess(pid int, m Mark, sig syscall.Signal, timeout time.Duration) (bool, error) {
+	return stopProcess(pid, m, sig, timeout)
+}
