@@ -11,19 +11,31 @@ type Mark = mark
 type Ports = ports
 
 var (
-	PomVersion    = pomVersion
-	LoadState     = loadState
-	SaveState     = saveState
-	StatePath     = statePath
-	LockPath      = lockPath
-	Lock          = lock
-	Ours          = ours
-	Exited        = exited
-	PortFree      = portFree
-	StartDetached = startDetached
+	ServerProperties = serverProperties
+	BrokerArgv       = brokerArgv
+	FormatArgv       = formatArgv
+	PostgresArgv     = postgresArgv
+	InitdbArgv       = initdbArgv
+	NewClusterID     = newClusterID
+	JavaVersion      = javaVersion
+	PomVersion       = pomVersion
+	PGConf           = pgConf
+	PGHBA            = pgHBA
+	PGDataDir        = pgDataDir
+	LoadState        = loadState
+	SaveState        = saveState
+	StatePath        = statePath
+	LockPath         = lockPath
+	Lock             = lock
+	Ours             = ours
+	Exited           = exited
+	PortFree         = portFree
+	StartDetached    = startDetached
 )
 
 func (m Mark) In(argv []string) bool           { return m.in(argv) }
+func (n Broker) Mark() Mark                    { return n.mark() }
+func (p *PostgresState) Mark() Mark            { return p.mark() }
 func NewPorts(kafka, controller, pg int) Ports { return ports{kafka, controller, pg} }
 func (p Ports) Values() (int, int, int)        { return p.kafka, p.controller, p.pg }
 
