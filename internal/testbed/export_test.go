@@ -18,10 +18,13 @@ var (
 	InitdbArgv       = initdbArgv
 	NewClusterID     = newClusterID
 	JavaVersion      = javaVersion
+	KafkaJars        = kafkaJars
 	PomVersion       = pomVersion
 	PGConf           = pgConf
 	PGHBA            = pgHBA
 	PGDataDir        = pgDataDir
+	FindPGBin        = findPGBin
+	EnvFileContent   = envFile
 	LoadState        = loadState
 	SaveState        = saveState
 	StatePath        = statePath
