@@ -112,6 +112,9 @@ func (b *Bed) Up(ctx context.Context) (err error) {
 		return err
 	}
 	defer unlock()
+	if err := b.refuseLegacy(); err != nil {
+		return err
+	}
 	st, err := loadState(b.cfg.Dir)
 	if err != nil {
 		return err
@@ -226,7 +229,8 @@ func (st *State) running() bool {
 // Down stops exactly the processes the state file records, after checking
 // that each is still ours, and removes the env and state files; data and
 // logs stay for reading (the next Up throws them away). It stops nothing
-// when nothing runs, and says so.
+// when nothing runs, and says so. A bed that the bash scripts/testbed
+// started before it was Go is stopped too, by its pid files.
 func (b *Bed) Down(ctx context.Context) error {
 	unlock, err := lock(b.cfg.Dir)
 	if err != nil {
@@ -239,8 +243,7 @@ func (b *Bed) Down(ctx context.Context) error {
 	}
 	var errs []error
 	if st == nil {
-		b.say("Kafka not running")
-		b.say("PostgreSQL not running")
+		errs = append(errs, b.legacyDown())
 	} else {
 		if st.Kafka != nil {
 			for i := range st.Kafka.Nodes {

@@ -296,3 +296,52 @@ func TestEnvFile(t *testing.T) {
 		t.Fatalf("env file\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestLegacyBed: a bed the bash scripts/testbed started (pid files, no
+// state.json) makes up refuse, and down stops it with the same signals
+// and ownership checks.
+func TestLegacyBed(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, ".testbed")
+	for _, d := range []string{"kafka", "pg"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := filepath.Join(dir, "pg", "data")
+	kSig, pSig := filepath.Join(root, "k.sig"), filepath.Join(root, "p.sig")
+	k := fakeServer(t, kSig, false, "kafka.Kafka", filepath.Join(dir, "kafka", "server.properties"))
+	p := fakeServer(t, pSig, false, "-D", data)
+	for f, v := range map[string]string{"kafka/kafka.pid": strconv.Itoa(k), "pg/postgres.pid": strconv.Itoa(p), "pg/datadir": data,
+		"ports": "RECORDED_KAFKA_PORT=1\n", "env": "export X=1\n"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	b, err := testbed.New(testbed.Config{Root: root, Out: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Up(context.Background()); err == nil || !strings.Contains(err.Error(), "bash scripts/testbed") {
+		t.Fatalf("up beside an old bed: %v", err)
+	}
+	s, err := b.Status(context.Background())
+	if err != nil || s.Code() != 1 || len(s.Servers) != 2 {
+		t.Fatalf("status of an old bed: %+v, %v", s, err)
+	}
+	if l := s.Lines()[0]; l != "Kafka: running (pid "+strconv.Itoa(k)+") but NOT answering on 127.0.0.1:1 (started by the bash scripts/testbed of before; scripts/testbed down stops it); log: "+filepath.Join(dir, "kafka", "logs", "server.log") {
+		t.Errorf("status line %q", l)
+	}
+	if err := b.Down(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !testbed.Exited(k) || !testbed.Exited(p) || readSig(t, kSig) != "TERM" || readSig(t, pSig) != "INT" {
+		t.Fatalf("old bed after down: kafka sig %q, pg sig %q", readSig(t, kSig), readSig(t, pSig))
+	}
+	for _, f := range []string{"kafka/kafka.pid", "pg/postgres.pid", "ports", "env"} {
+		if exists(filepath.Join(dir, f)) {
+			t.Errorf("%s left after down", f)
+		}
+	}
+}

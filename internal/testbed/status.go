@@ -92,6 +92,10 @@ func (b *Bed) Status(ctx context.Context) (Status, error) {
 		s.Env = b.EnvFile()
 	}
 	if st == nil {
+		if legacy := legacyStatus(b.cfg.Dir); legacy != nil {
+			s.Servers = legacy
+			return s, nil
+		}
 		s.Servers = []ServerStatus{{Service: Service{Kind: Kafka}, Name: "Kafka"}, {Service: Service{Kind: Postgres}, Name: "PostgreSQL"}}
 		return s, nil
 	}
