@@ -161,6 +161,27 @@ func TestStopKeepsTheBed(t *testing.T) {
 	}
 }
 
+// TestStartUsesRecordedPorts: start and restart act on the server as up
+// recorded it. The bash bed read TIDEMARK_KAFKA_PORT again, so a restart
+// with another value in the environment waited 120 s on a port the broker
+// was not on. Here the setting says 36999 and the check goes to the
+// recorded port (where the fake broker does not answer).
+func TestStartUsesRecordedPorts(t *testing.T) {
+	f := newFakeBed(t)
+	b, err := testbed.New(testbed.Config{Root: filepath.Dir(f.dir), KafkaPort: 36999, PGPort: 36998, Out: f.out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Start(context.Background(), testbed.Service{Kind: testbed.Kafka})
+	if err == nil || !strings.Contains(err.Error(), "does not answer on 127.0.0.1:1") || strings.Contains(err.Error(), "36999") {
+		t.Fatalf("start kafka with another port set: %v", err)
+	}
+	err = b.Start(context.Background(), testbed.Service{Kind: testbed.Postgres})
+	if err == nil || !strings.Contains(err.Error(), "does not answer on 127.0.0.1:3") || strings.Contains(err.Error(), "36998") {
+		t.Fatalf("start postgres with another port set: %v", err)
+	}
+}
+
 func TestOneNeedsABed(t *testing.T) {
 	b, err := testbed.New(testbed.Config{Root: t.TempDir()})
 	if err != nil {
