@@ -16,7 +16,8 @@ GO ?= go
 # make unit PKGS=./pkg/watermark/...
 PKGS ?= ./...
 TESTBED := scripts/testbed
-# Where scripts/testbed writes the export lines (it honours TIDEMARK_TESTBED_DIR).
+# Where scripts/testbed writes the export lines (it honours TIDEMARK_TESTBED_DIR,
+# a relative one taken relative to the checkout, which is make's directory).
 BED_ENV = $${TIDEMARK_TESTBED_DIR:-.testbed}/env
 UNIT_TIMEOUT ?= 10m
 INTEGRATION_TIMEOUT ?= 12m
@@ -29,8 +30,9 @@ INTEGRATION_PKGS := ./integration/... $(sort $(patsubst %/,%,$(dir $(shell \
 # The chaos suite restarts the bed's broker and database, so it runs alone,
 # after the other integration tests (docs/chaos.md). CHAOS_DURATION is its
 # fault phase in make test; make soak DURATION=10m runs it for longer.
-# CHAOS=0 leaves it out (it needs scripts/testbed's bed, not your own
-# Kafka and PostgreSQL).
+# CHAOS=0 leaves it out (it restarts the servers of scripts/testbed's bed
+# through internal/testbed, so it cannot run on your own Kafka and
+# PostgreSQL).
 CHAOS_PKG := ./integration/chaos
 CHAOS ?= 1
 CHAOS_DURATION ?= 75s
@@ -47,7 +49,7 @@ help:
 	@echo 'make unit            go test -race ./... (no servers)'
 	@echo 'make integration     integration tests against a running bed (.testbed/env or TIDEMARK_* variables)'
 	@echo 'make soak            the chaos suite for DURATION (default 10m) on the test bed (docs/chaos.md)'
-	@echo 'make testbed-up      scripts/testbed up'
+	@echo 'make testbed-up      scripts/testbed up (provisions first: packages as root, the Kafka jars)'
 	@echo 'make testbed-down    scripts/testbed down'
 	@echo 'make testbed-status  scripts/testbed status'
 

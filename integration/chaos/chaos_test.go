@@ -3,6 +3,7 @@
 package chaos_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/testbed"
 )
 
 // The knobs of a run; docs/chaos.md lists them.
@@ -98,7 +100,16 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: seed %d (replay with TIDEMARK_CHAOS_SEED=%d), %s of faults, %d orders/s", seed, seed, duration, rate)
 
 	brokers := bed.Kafka(t)
-	testbed := checkTestbed(t, brokers)
+	tb, tbOut := openBed(t, brokers)
+	// restart restarts one service of the bed in this process; the bed's
+	// progress lines are shown only when it fails.
+	restart := func(ctx context.Context, svc testbed.Service, m testbed.Mode) error {
+		tbOut.Reset()
+		if err := tb.Restart(ctx, svc, m); err != nil {
+			return fmt.Errorf("%v\n%s", err, tbOut)
+		}
+		return nil
+	}
 	pool := bed.PG(t)
 	ctx := context.Background()
 	var schema string
@@ -119,9 +130,12 @@ func TestChaos(t *testing.T) {
 	var restartFailed atomic.Bool
 	t.Cleanup(func() {
 		if restartFailed.Load() {
-			for _, svc := range []string{"kafka", "postgres"} {
-				if out, err := exec.Command(testbed, "start", svc).CombinedOutput(); err != nil {
-					t.Logf("cleanup: scripts/testbed start %s: %v\n%s", svc, err, out)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			for _, svc := range []testbed.Service{{Kind: testbed.Kafka}, {Kind: testbed.Postgres}} {
+				tbOut.Reset()
+				if err := tb.Start(ctx, svc); err != nil {
+					t.Logf("cleanup: start %s: %v\n%s", svc, err, tbOut)
 				}
 			}
 		}
@@ -232,7 +246,7 @@ func TestChaos(t *testing.T) {
 		kind = feasible(kind, fl)
 		before := mon.latest()
 		at := time.Now()
-		detail, resumed, err := inject(runCtx, &bg, kind, fl, rng, testbed, &restartFailed)
+		detail, resumed, err := inject(runCtx, &bg, kind, fl, rng, restart, &restartFailed)
 		if err != nil {
 			t.Fatalf("fault %d (%s): %v", n, kind, err)
 		}
@@ -359,7 +373,8 @@ func feasible(kind string, fl *fleet) string {
 // inject starts one fault and returns a description. For a pause it returns
 // a channel that receives the outcome of the SIGCONT, sent pauseFor later
 // (or as soon as ctx ends) by a goroutine counted in bg.
-func inject(ctx context.Context, bg *sync.WaitGroup, kind string, fl *fleet, rng *rand.Rand, testbed string, restartFailed *atomic.Bool) (string, <-chan error, error) {
+func inject(ctx context.Context, bg *sync.WaitGroup, kind string, fl *fleet, rng *rand.Rand,
+	restart func(context.Context, testbed.Service, testbed.Mode) error, restartFailed *atomic.Bool) (string, <-chan error, error) {
 	pick := func() *consumer {
 		cs := fl.running(true)
 		return cs[rng.IntN(len(cs))]
@@ -401,21 +416,18 @@ func inject(ctx context.Context, bg *sync.WaitGroup, kind string, fl *fleet, rng
 		}()
 		return fmt.Sprintf("%s for %s", c.name, pauseFor), resumed, nil
 	case faultKafka, faultPostgres:
-		svc := "kafka"
+		svc := testbed.Service{Kind: testbed.Kafka}
 		if kind == faultPostgres {
-			svc = "postgres"
+			svc = testbed.Service{Kind: testbed.Postgres}
 		}
-		args := []string{"restart", svc}
-		how := "graceful"
+		mode, how := testbed.Graceful, "graceful"
 		if rng.IntN(2) == 0 {
-			args = append(args, "--kill")
-			how = "crash"
+			mode, how = testbed.Crash, "crash"
 		}
 		start := time.Now()
 		restartFailed.Store(true)
-		out, err := exec.Command(testbed, args...).CombinedOutput()
-		if err != nil {
-			return how, nil, fmt.Errorf("scripts/testbed %s: %v\n%s", strings.Join(args, " "), err, out)
+		if err := restart(ctx, svc, mode); err != nil {
+			return how, nil, fmt.Errorf("restart %s (%s): %w", svc, how, err)
 		}
 		restartFailed.Store(false)
 		return fmt.Sprintf("%s, down+up %s", how, time.Since(start).Round(10*time.Millisecond)), nil, nil
@@ -491,21 +503,40 @@ func produce(runCtx, ctx context.Context, brokers []string, topic string, first,
 	return nil
 }
 
-// checkTestbed returns the path of scripts/testbed and fails the test unless
-// the bed it manages is the one TIDEMARK_KAFKA_BROKERS names: the suite
-// restarts services with it.
-func checkTestbed(t *testing.T, brokers []string) string {
+// openBed returns the project's test bed (internal/testbed, as
+// scripts/testbed runs it) with a buffer that receives its progress lines,
+// and fails the test unless both of its servers serve and they are the ones
+// TIDEMARK_KAFKA_BROKERS and TIDEMARK_PG_DSN name: the suite restarts them.
+func openBed(t *testing.T, brokers []string) (*testbed.Bed, *bytes.Buffer) {
 	t.Helper()
-	path, err := filepath.Abs("../../scripts/testbed")
+	root, err := testbed.FindRoot(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(path, "status").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "serving on "+strings.Join(brokers, ",")) {
-		t.Fatalf("the chaos suite restarts Kafka and PostgreSQL with scripts/testbed, so it needs the bed that script runs "+
-			"(TIDEMARK_KAFKA_BROKERS=%s); scripts/testbed status said:\n%s\n%s", strings.Join(brokers, ","), out, bed.StartHint)
+	cfg, err := testbed.FromEnv(root, os.Getenv)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return path
+	out := &bytes.Buffer{}
+	cfg.Out = out
+	tb, err := testbed.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := tb.Status(ctx)
+	if err != nil {
+		t.Fatalf("the chaos suite restarts Kafka and PostgreSQL of the project's test bed, whose state it cannot read: %v\n%s", err, bed.StartHint)
+	}
+	dsn, _, _ := strings.Cut(os.Getenv("TIDEMARK_PG_DSN"), "?")
+	bedDSN, _, _ := strings.Cut(s.State.DSN(), "?")
+	if s.Code() != 0 || s.State.Brokers() != strings.Join(brokers, ",") || dsn != bedDSN {
+		t.Fatalf("the chaos suite restarts Kafka and PostgreSQL of the project's test bed, so it needs that bed serving "+
+			"and TIDEMARK_KAFKA_BROKERS (%s) and TIDEMARK_PG_DSN naming it; the bed in %s says:\n%s\n%s",
+			strings.Join(brokers, ","), tb.Dir(), strings.Join(s.Lines(), "\n"), bed.StartHint)
+	}
+	return tb, out
 }
 
 // logDirectory is where the consumers' logs go: TIDEMARK_CHAOS_LOGS, or a

@@ -9,7 +9,9 @@
 // run reports the faults it survived and the worst recovery time.
 //
 // The tests carry the build tag `integration` and need the project's own test
-// bed, because they restart its services with scripts/testbed:
+// bed, because they restart its services (through internal/testbed, in the
+// test process; it checks that the bed's state names the servers of
+// TIDEMARK_KAFKA_BROKERS and TIDEMARK_PG_DSN):
 //
 //	scripts/testbed up && source .testbed/env
 //	go test -race -count=1 -tags integration ./integration/chaos/

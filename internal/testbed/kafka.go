@@ -1,0 +1,344 @@
+package testbed
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// kafkaRuns reports whether st's Kafka runs and answers: false when none of
+// its nodes runs, an error when some do not or it does not answer.
+func (b *Bed) kafkaRuns(ctx context.Context, st *State) (bool, error) {
+	if st == nil || st.Kafka == nil || len(st.Kafka.Nodes) == 0 {
+		return false, nil
+	}
+	var up []string
+	for _, n := range st.Kafka.Nodes {
+		if ours(n.PID, n.mark()) {
+			up = append(up, strconv.Itoa(n.PID))
+		}
+	}
+	switch {
+	case len(up) == 0:
+		return false, nil
+	case len(up) < len(st.Kafka.Nodes):
+		return false, fail(fmt.Sprintf("%d of the bed's %d Kafka nodes run (pids %s).", len(up), len(st.Kafka.Nodes), strings.Join(up, ", ")),
+			"Run scripts/testbed start kafka, or scripts/testbed down && scripts/testbed up.")
+	}
+	if err := kafkaAnswers(ctx, st); err != nil {
+		return false, fail(fmt.Sprintf("a Kafka broker started earlier (pid %s) runs but does not answer on %s: %v", strings.Join(up, ", "), st.Brokers(), err),
+			"Read "+filepath.Join(st.Kafka.Nodes[0].Logs, "server.log")+", or run: scripts/testbed down && scripts/testbed up")
+	}
+	b.say("Kafka %s already running (pid %s) on %s", st.Kafka.Version, strings.Join(up, ", "), st.Brokers())
+	return true, nil
+}
+
+// planKafka checks what a Kafka start needs and returns the cluster to
+// start: one node that is broker and controller.
+func (b *Bed) planKafka(p ports) (*KafkaState, error) {
+	java, err := findJava(b.cfg.JavaHome)
+	if err != nil {
+		return nil, err
+	}
+	version := b.cfg.KafkaVersion
+	if version == "" {
+		if version, err = pomVersion(filepath.Join(b.cfg.Root, "scripts", "kafka", "pom.xml")); err != nil {
+			return nil, err
+		}
+	}
+	jars := JarsDir(b.cfg.Dir, version)
+	if err := kafkaJars(jars, version); err != nil {
+		return nil, err
+	}
+	log4j := filepath.Join(b.cfg.Root, "scripts", "kafka", "log4j2.xml")
+	if _, err := os.Stat(log4j); err != nil {
+		return nil, fmt.Errorf("the broker's logging configuration: %w", err)
+	}
+	for _, pv := range []struct {
+		port int
+		name string
+	}{{p.kafka, "TIDEMARK_KAFKA_PORT"}, {p.controller, "TIDEMARK_KAFKA_CONTROLLER_PORT"}} {
+		if err := portFree(pv.port); err != nil {
+			return nil, fail(err.Error()+", so Kafka cannot listen there.",
+				"Stop that process, or pick another port: "+pv.name+"=<port> scripts/testbed up")
+		}
+	}
+	const id = 1
+	dir := nodeDir(b.cfg.Dir, id)
+	return &KafkaState{
+		Version: version, ClusterID: newClusterID(), Java: java, Jars: jars, Log4j: log4j, Heap: b.cfg.KafkaHeap,
+		Nodes: []Broker{{
+			ID: id, Roles: []string{"broker", "controller"}, Port: p.kafka, ControllerPort: p.controller,
+			Dir: dir, Config: filepath.Join(dir, "server.properties"),
+			Data: filepath.Join(dir, "data"), Logs: filepath.Join(dir, "logs"),
+		}},
+	}, nil
+}
+
+// launchKafka formats every node's storage afresh and starts its JVM,
+// recording each pid as soon as it runs. It does not wait for readiness.
+func (b *Bed) launchKafka(ctx context.Context, st *State) (format time.Duration, err error) {
+	k := st.Kafka
+	for i := range k.Nodes {
+		n := &k.Nodes[i]
+		if err := os.RemoveAll(n.Dir); err != nil {
+			return 0, err
+		}
+		for _, d := range []string{n.Data, n.Logs} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return 0, err
+			}
+		}
+		if err := os.WriteFile(n.Config, serverProperties(*n, k.Nodes), 0o644); err != nil {
+			return 0, err
+		}
+		t := time.Now()
+		fctx, cancel := context.WithTimeout(ctx, b.cfg.KafkaStartTimeout)
+		out := filepath.Join(n.Logs, "format.out")
+		err := runLogged(fctx, formatArgv(k, *n), out, nil)
+		cancel()
+		if err != nil {
+			return 0, fail("formatting the Kafka storage failed: "+err.Error(), "Read "+out, tail(out, 20))
+		}
+		format += time.Since(t)
+		if n.PID, err = startDetached(brokerArgv(k, *n), n.Dir, filepath.Join(n.Logs, "kafka.out"), nil); err != nil {
+			return 0, fmt.Errorf("start the Kafka JVM: %w", err)
+		}
+		if err := saveState(b.cfg.Dir, st); err != nil {
+			return 0, err
+		}
+	}
+	return format, nil
+}
+
+// startNodes starts the JVMs of ns that do not run, on their data, and
+// waits until the cluster serves.
+func (b *Bed) startNodes(ctx context.Context, st *State, ns []*Broker) error {
+	t0 := time.Now()
+	k := st.Kafka
+	var started []*Broker
+	for _, n := range ns {
+		if ours(n.PID, n.mark()) {
+			continue
+		}
+		n.PID = 0
+		if _, err := os.Stat(filepath.Join(n.Data, "meta.properties")); err != nil {
+			return fail("no formatted Kafka storage in " + n.Data + ": run scripts/testbed up (which formats it) first.")
+		}
+		if !isExecutable(k.Java) {
+			return fail(k.Java+", which started Kafka at up, is not there any more.", "Run scripts/testbed down && scripts/testbed up.")
+		}
+		// The old broker's sockets may take a moment to close.
+		if err := waitPortsFree(5*time.Second, n.Port, n.ControllerPort); err != nil {
+			return fail(err.Error()+", so Kafka cannot listen there.", "Stop that process.")
+		}
+		pid, err := startDetached(brokerArgv(k, *n), n.Dir, filepath.Join(n.Logs, "kafka.out"), nil)
+		if err != nil {
+			return fmt.Errorf("start the Kafka JVM: %w", err)
+		}
+		n.PID = pid
+		started = append(started, n)
+		if err := saveState(b.cfg.Dir, st); err != nil {
+			return err
+		}
+	}
+	if len(started) == 0 {
+		if err := kafkaAnswers(ctx, st); err != nil {
+			return fail(fmt.Sprintf("Kafka runs but does not answer on %s: %v", st.Brokers(), err),
+				"Read "+filepath.Join(ns[0].Logs, "server.log")+", or run: scripts/testbed restart kafka")
+		}
+		b.say("Kafka %s already running on %s", k.Version, st.Brokers())
+		return nil
+	}
+	for _, n := range started {
+		if err := waitKafka(ctx, st, *n, b.cfg.KafkaStartTimeout-time.Since(t0)); err != nil {
+			return err
+		}
+		b.say("%s started again (pid %d) on %s in %d ms; log: %s", b.kafkaName(st, *n), n.PID, n.Addr(),
+			time.Since(t0).Milliseconds(), filepath.Join(n.Logs, "server.log"))
+	}
+	return nil
+}
+
+// stopNode stops node n's JVM and clears its pid: SIGTERM (a controlled
+// shutdown) then SIGKILL after the stop timeout, or SIGKILL at once under
+// Crash.
+func (b *Bed) stopNode(n *Broker, m Mode, nodes int) error {
+	name := "Kafka"
+	if nodes > 1 {
+		name = fmt.Sprintf("Kafka node %d", n.ID)
+	}
+	if !ours(n.PID, n.mark()) {
+		b.notRunning(name, n.PID)
+		n.PID = 0
+		return nil
+	}
+	var killed bool
+	var err error
+	if m == Crash {
+		b.say("killing %s (pid %d, SIGKILL)", name, n.PID)
+		_, err = stopProcess(n.PID, n.mark(), syscall.SIGKILL, 10*time.Second)
+	} else {
+		b.say("stopping %s (pid %d)", name, n.PID)
+		killed, err = stopProcess(n.PID, n.mark(), syscall.SIGTERM, b.cfg.StopTimeout)
+	}
+	if killed {
+		b.say("%s (pid %d) was still running after %s; sent SIGKILL", name, n.PID, b.cfg.StopTimeout)
+	}
+	if err != nil {
+		return fmt.Errorf("stop %s: %w", name, err) // the pid stays recorded
+	}
+	n.PID = 0
+	return nil
+}
+
+func (b *Bed) kafkaName(st *State, n Broker) string {
+	if len(st.Kafka.Nodes) > 1 {
+		return fmt.Sprintf("Kafka %s node %d", st.Kafka.Version, n.ID)
+	}
+	return "Kafka " + st.Kafka.Version
+}
+
+// findJava returns the java to run Kafka with and its major version, which
+// must be 17 or newer.
+func findJava(javaHome string) (string, error) {
+	const hint = "Install a JDK (Debian: apt-get install -y openjdk-17-jre-headless; scripts/testbed up does as root) or set JAVA_HOME."
+	java := ""
+	if javaHome != "" {
+		if p := filepath.Join(javaHome, "bin", "java"); isExecutable(p) {
+			java = p
+		}
+	}
+	if java == "" {
+		p, err := exec.LookPath("java")
+		if err != nil {
+			return "", fail("java not found: Kafka 4.x needs Java 17 or newer.", hint)
+		}
+		java = p
+	}
+	out, _ := exec.Command(java, "-version").CombinedOutput()
+	v, major := javaVersion(out)
+	if major < 17 {
+		if v == "" {
+			v = "of unknown version"
+		}
+		return "", fail(fmt.Sprintf("%s is Java %s; Kafka 4.x needs Java 17 or newer.", java, v), hint)
+	}
+	return java, nil
+}
+
+// kafkaJars checks that dir holds the broker's jars of version.
+func kafkaJars(dir, version string) error {
+	if _, err := os.Stat(filepath.Join(dir, "kafka_2.13-"+version+".jar")); err != nil {
+		return fail(fmt.Sprintf("the jars of Kafka %s are not in %s.", version, dir),
+			"Run scripts/testbed provision (scripts/testbed up does it first): it fetches them with Maven.")
+	}
+	return nil
+}
+
+// kafkaReady makes one attempt, bounded by ctx, to see that the cluster at
+// brokers really serves requests: a Metadata request lists want brokers
+// and a controller, a validate-only CreateTopics is accepted (the
+// controller path), and FindCoordinator finds a group and a transaction
+// coordinator. The last step makes the broker create __consumer_offsets
+// and __transaction_state now, so the first test that uses a group or a
+// transaction does not pay for it (or time out waiting for it).
+func kafkaReady(ctx context.Context, brokers []string, want int) error {
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(brokers...),
+		kgo.DialTimeout(time.Second),
+		// One attempt: the caller's loop retries and watches the process.
+		kgo.RequestRetries(0),
+	)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+
+	md, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		return fmt.Errorf("metadata: %w", err)
+	}
+	if len(md.Brokers) < want {
+		return fmt.Errorf("metadata: %d of %d brokers registered", len(md.Brokers), want)
+	}
+	if md.Controller < 0 {
+		return errors.New("metadata: no controller yet")
+	}
+	created, err := adm.ValidateCreateTopics(ctx, 1, 1, nil, "tidemark-ready-probe")
+	if err == nil {
+		err = created.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("validate create topic: %w", err)
+	}
+	if err := adm.FindGroupCoordinators(ctx, "tidemark-ready-probe").Error(); err != nil {
+		return fmt.Errorf("group coordinator: %w", err)
+	}
+	if err := adm.FindTxnCoordinators(ctx, "tidemark-ready-probe").Error(); err != nil {
+		return fmt.Errorf("transaction coordinator: %w", err)
+	}
+	return nil
+}
+
+// kafkaAnswers is one readiness attempt of at most 3 s on st's cluster.
+func kafkaAnswers(ctx context.Context, st *State) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return kafkaReady(ctx, strings.Split(st.Brokers(), ","), len(st.Kafka.Nodes))
+}
+
+// waitKafka waits until st's cluster serves (kafkaReady) while node n's
+// JVM runs, within timeout.
+func waitKafka(ctx context.Context, st *State, n Broker, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if exited(n.PID) {
+			return fail("the Kafka broker exited while starting.",
+				"Read "+filepath.Join(n.Logs, "server.log")+" and "+filepath.Join(n.Logs, "kafka.out"),
+				tail(filepath.Join(n.Logs, "server.log"), 30), tail(filepath.Join(n.Logs, "kafka.out"), 20))
+		}
+		err := kafkaAnswers(ctx, st)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fail(fmt.Sprintf("the Kafka broker (pid %d) did not serve requests within %s: %v", n.PID, timeout, err),
+				"Read "+filepath.Join(n.Logs, "server.log")+"; raise TIDEMARK_KAFKA_START_TIMEOUT on a slow machine.",
+				tail(filepath.Join(n.Logs, "server.log"), 30))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// kafkaLogging checks that node n's SLF4J binding loaded and the broker
+// logs to its file: without the binding Kafka logs nothing at all.
+func kafkaLogging(n Broker, log4j string) error {
+	out := filepath.Join(n.Logs, "kafka.out")
+	if b, _ := os.ReadFile(out); regexp.MustCompile(`(?m)^SLF4J:`).Match(b) {
+		return fail("the broker's SLF4J binding did not load, so it logs nothing (see scripts/kafka/pom.xml).",
+			"Read "+out, tail(out, 20))
+	}
+	server := filepath.Join(n.Logs, "server.log")
+	if b, _ := os.ReadFile(server); !bytes.Contains(b, []byte("Kafka Server started")) {
+		return fail(fmt.Sprintf("the broker serves requests but %s has no 'Kafka Server started' line: logging is misconfigured.", server),
+			"Check "+log4j+" and "+out)
+	}
+	return nil
+}

@@ -1,0 +1,148 @@
+package testbed
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// kafkaMain is the broker's main class; with the path of its
+// server.properties it marks the JVM as ours.
+const kafkaMain = "kafka.Kafka"
+
+func (n Broker) mark() mark { return mark{kafkaMain, n.Config} }
+
+// serverProperties renders node n's server.properties for the cluster of
+// nodes. The settings are docs/testbed.md's "Broker settings" (and
+// docker-compose.yml mirrors them).
+func serverProperties(n Broker, nodes []Broker) []byte {
+	var voters []string
+	for _, o := range nodes {
+		if hasRole(o, "controller") {
+			voters = append(voters, fmt.Sprintf("127.0.0.1:%d", o.ControllerPort))
+		}
+	}
+	listeners := fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.Port)
+	if hasRole(n, "controller") {
+		listeners += fmt.Sprintf(",CONTROLLER://127.0.0.1:%d", n.ControllerPort)
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `# Written by the test bed (internal/testbed) when the node is set up.
+process.roles=%s
+node.id=%d
+controller.quorum.bootstrap.servers=%s
+listeners=%s
+advertised.listeners=%s
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=%s
+num.network.threads=2
+num.io.threads=4
+
+# One node: internal topics with one replica, and fewer partitions than the
+# default 50 so they are created quickly.
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=10
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+
+# Tests create their topics themselves.
+auto.create.topics.enable=false
+
+# Fast groups for tests. Classic protocol: no initial delay, and clients may
+# ask for a session timeout down to 1s. Consumer protocol (KIP-848, on by
+# default in 4.x): 1s heartbeats, 10s default session timeout, and groups may
+# lower it to 1s (group config consumer.session.timeout.ms).
+group.initial.rebalance.delay.ms=0
+group.min.session.timeout.ms=1000
+group.consumer.heartbeat.interval.ms=1000
+group.consumer.min.heartbeat.interval.ms=500
+group.consumer.session.timeout.ms=10000
+group.consumer.min.session.timeout.ms=1000
+`, strings.Join(n.Roles, ","), n.ID, strings.Join(voters, ","), listeners, listeners, n.Data)
+	return b.Bytes()
+}
+
+func hasRole(n Broker, role string) bool {
+	for _, r := range n.Roles {
+		if r == role {
+			return true
+		}
+	}
+	return false
+}
+
+// jvmArgs are the java arguments before the main class, for a JVM that
+// logs into logs.
+func jvmArgs(k *KafkaState, logs string) []string {
+	args := append([]string(nil), k.Heap...)
+	return append(args,
+		"-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError",
+		"-Djava.awt.headless=true",
+		"-Dlog4j2.configurationFile="+k.Log4j,
+		"-Dkafka.logs.dir="+logs,
+		// The JVM expands the wildcard itself: no shell is involved.
+		"-cp", filepath.Join(k.Jars, "*"))
+}
+
+// brokerArgv is the command line of node n's broker.
+func brokerArgv(k *KafkaState, n Broker) []string {
+	return append(append([]string{k.Java}, jvmArgs(k, n.Logs)...), kafkaMain, n.Config)
+}
+
+// formatArgv is the command line that formats node n's storage.
+func formatArgv(k *KafkaState, n Broker) []string {
+	args := append([]string{k.Java}, jvmArgs(k, filepath.Join(n.Logs, "format"))...)
+	args = append(args, "kafka.tools.StorageTool", "format", "-t", k.ClusterID, "-c", n.Config)
+	// One controller: it is the whole quorum. A cluster of several needs
+	// --initial-controllers instead.
+	return append(args, "--standalone")
+}
+
+// newClusterID returns a cluster id as kafka-storage random-uuid makes
+// them: 16 random bytes in unpadded URL-safe base64, never starting with
+// '-' (the format command would read it as an option).
+func newClusterID() string {
+	for {
+		var b [16]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+		id := base64.RawURLEncoding.EncodeToString(b[:])
+		if id[0] != '-' {
+			return id
+		}
+	}
+}
+
+// javaVersion parses `java -version` output: the quoted version and its
+// major number (8 for "1.8.0_392", 17 for "17.0.15"); 0 when none.
+func javaVersion(out []byte) (string, int) {
+	m := javaVersionRE.FindSubmatch(out)
+	if m == nil {
+		return "", 0
+	}
+	v := string(m[1])
+	parts := strings.Split(v, ".")
+	if parts[0] == "1" && len(parts) > 1 {
+		parts = parts[1:]
+	}
+	digits := strings.FieldsFunc(parts[0], func(r rune) bool { return r < '0' || r > '9' })
+	if len(digits) == 0 {
+		return v, 0
+	}
+	major, _ := strconv.Atoi(digits[0])
+	return v, major
+}
+
+var javaVersionRE = regexp.MustCompile(`version "([0-9][^"]*)"`)
