@@ -12,9 +12,11 @@ SHELL := bash
 .DEFAULT_GOAL := help
 
 GO ?= go
-# The packages vet and unit look at; narrow them while iterating, e.g.
-# make unit PKGS=./pkg/watermark/...
-PKGS ?= ./...
+# The packages vet and unit look at: `work` is every package of every module
+# in go.work (the library at the root, cmd/tidemark-bench, examples); ./...
+# at the root would stop at the nested modules. Narrow them while
+# iterating, e.g. make unit PKGS=./pkg/watermark/...
+PKGS ?= work
 TESTBED := scripts/testbed
 # Where scripts/testbed writes the export lines (it honours TIDEMARK_TESTBED_DIR).
 BED_ENV = $${TIDEMARK_TESTBED_DIR:-.testbed}/env
@@ -44,7 +46,7 @@ help:
 	@echo 'make bench           test bed up, then the benchmark harness: docs/bench/bench.json and its plots'
 	@echo 'make test            vet + unit tests + integration tests on the test bed (what CI runs)'
 	@echo 'make vet             go vet, with and without the integration tag'
-	@echo 'make unit            go test -race ./... (no servers)'
+	@echo 'make unit            go test -race work: every module of go.work (no servers)'
 	@echo 'make integration     integration tests against a running bed (.testbed/env or TIDEMARK_* variables)'
 	@echo 'make soak            the chaos suite for DURATION (default 10m) on the test bed (docs/chaos.md)'
 	@echo 'make testbed-up      scripts/testbed up'
