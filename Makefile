@@ -12,9 +12,13 @@ SHELL := bash
 .DEFAULT_GOAL := help
 
 GO ?= go
-# The packages vet and unit look at; narrow them while iterating, e.g.
-# make unit PKGS=./pkg/watermark/...
-PKGS ?= ./...
+# The packages vet and unit look at: `work` is every package of every module
+# in go.work (the library at the root, cmd/tidemark-bench, examples); ./...
+# at the root would stop at the nested modules. Narrow them while
+# iterating, e.g. make unit PKGS=./pkg/watermark/...
+PKGS ?= work
+# The modules of go.work, each checked on its own by make vet (mod-check).
+MODULES := . cmd/tidemark-bench examples
 TESTBED := scripts/testbed
 # Where scripts/testbed writes the export lines (it honours TIDEMARK_TESTBED_DIR,
 # a relative one taken relative to the checkout, which is make's directory).
@@ -39,14 +43,15 @@ CHAOS_DURATION ?= 75s
 DURATION ?= 10m
 SOAK_TIMEOUT ?= 4h
 
-.PHONY: help test vet unit integration soak bench demo quickstart testbed-up testbed-down testbed-status
+.PHONY: help test vet mod-check unit integration soak bench demo quickstart testbed-up testbed-down testbed-status
 
 help:
 	@echo 'make demo            test bed up, then the orders demo (examples/orders/demo)'
 	@echo 'make bench           test bed up, then the benchmark harness: docs/bench/bench.json and its plots'
 	@echo 'make test            vet + unit tests + integration tests on the test bed (what CI runs)'
-	@echo 'make vet             go vet, with and without the integration tag'
-	@echo 'make unit            go test -race ./... (no servers)'
+	@echo 'make vet             go vet, with and without the integration tag, and mod-check'
+	@echo 'make mod-check       every go.mod tidy and complete on its own, without go.work'
+	@echo 'make unit            go test -race work: every module of go.work (no servers)'
 	@echo 'make integration     integration tests against a running bed (.testbed/env or TIDEMARK_* variables)'
 	@echo 'make soak            the chaos suite for DURATION (default 10m) on the test bed (docs/chaos.md)'
 	@echo 'make testbed-up      scripts/testbed up (provisions first: packages as root, the Kafka jars)'
@@ -69,9 +74,19 @@ test: vet unit
 	if [ "$$status" -ne 0 ]; then echo "make test: FAILED (exit $$status)" >&2; fi; \
 	exit $$status
 
-vet:
+vet: mod-check
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags integration $(INTEGRATION_PKGS)
+
+# In workspace mode a package may import a module that only a sibling
+# module requires: the library would build here and not for its users.
+# Each module is therefore checked alone (GOWORK=off): its go.mod must be
+# exactly what go mod tidy writes, every build tag included.
+mod-check:
+	@for m in $(MODULES); do \
+		(cd "$$m" && GOWORK=off $(GO) mod tidy -diff) || \
+			{ echo "make mod-check: $$m/go.mod is not tidy: (cd $$m && GOWORK=off $(GO) mod tidy)" >&2; exit 1; }; \
+	done
 
 unit:
 	$(GO) test -race -timeout $(UNIT_TIMEOUT) $(PKGS)
