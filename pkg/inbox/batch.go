@@ -304,6 +304,7 @@ func (b *batcher) run(batch []*item) {
 		}
 		s.countFenced(ctx) // the refused attempt; the last one is counted below
 		l.epoch = epoch
+		err = nil // run the batch again at the epoch taken back
 	}
 	if err == nil {
 		var applied, replays int64
