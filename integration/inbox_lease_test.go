@@ -179,18 +179,29 @@ func startInboxOwnerMember(t *testing.T, adapter, name, group, topic string, poo
 // the owner asks the coordinator (DescribeGroups, or ConsumerGroupDescribe
 // under KIP-848), finds it is the owner, takes the lease back and applies
 // its records, within a second here. Both adapters, the classic protocol
-// and KIP-848. Before, every later record of the partition was FencedError
-// and dropped, and the group's commit never passed the first of them.
+// and KIP-848, and with Batch. Before, every later record of the partition
+// was FencedError and dropped, and the group's commit never passed the
+// first of them; with Batch, the lease was taken back but the refused
+// batch was not run again, the same.
 func TestInboxStaleBumpIsTakenBack(t *testing.T) {
-	for _, adapter := range []string{"franz", "franz-kip848", "kafkago"} {
-		t.Run(adapter, func(t *testing.T) {
+	for _, tc := range []struct {
+		name, adapter string
+		opts          []inbox.Option
+	}{
+		{"franz", "franz", nil},
+		{"franz-kip848", "franz-kip848", nil},
+		{"kafkago", "kafkago", nil},
+		{"franz-batch", "franz", []inbox.Option{inbox.Batch(8)}},
+	} {
+		adapter := tc.adapter
+		t.Run(tc.name, func(t *testing.T) {
 			const n1, n2 = 100, 100
 			pool := inboxDB(t)
 			topic := bed.Topic(t, 1)
 			group := bed.Group(t)
 			key := func(i int) string { return fmt.Sprintf("key-%d", i%10) }
 			bed.Produce(t, topic, n1, key)
-			b := startInboxOwnerMember(t, adapter, "b", group, topic, pool)
+			b := startInboxOwnerMember(t, adapter, "b", group, topic, pool, tc.opts...)
 			waitCommitted(t, group, topic, bed.EndOffsets(t, topic), time.Minute)
 
 			// The stale hook: the lease moves to an assignment the group

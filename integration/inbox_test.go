@@ -307,6 +307,85 @@ func TestInboxEffectAndRowInOneTransaction(t *testing.T) {
 	}
 }
 
+// TestInboxEffectRoundTrips: an Effect's record one per transaction costs
+// three round trips when applied — BEGIN with the claim, the effect's
+// statement, COMMIT — and two when it is a replay or its effect fails
+// before any statement (the claim, ROLLBACK); a full Batch(4) costs one
+// for the claim, one per effect (its savepoint travels with the effect's
+// statement) and one for the COMMIT. Counted with a pgx tracer, on a
+// connection that has prepared the statements.
+func TestInboxEffectRoundTrips(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		batch   int
+		records int
+		fail    bool // the effect returns an error before any statement
+		replay  bool // the records were applied before
+		want    int64
+	}{
+		{"one per transaction", 1, 1, false, false, 3},
+		{"one per transaction, replay", 1, 1, false, true, 2},
+		{"one per transaction, effect fails", 1, 1, true, false, 2},
+		{"batch of 4", 4, 4, false, false, 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := inboxDB(t)
+			tr := &inboxRoundTrips{}
+			pool := inboxTracedPool(t, base, 1, tr)
+			// A long BatchWait and a batch of exactly Batch records: the
+			// first waits for the others, and they go in one transaction.
+			s := inboxStore(t, pool, "g", inbox.Batch(tc.batch), inbox.BatchWait(time.Minute))
+			tp := runner.TP{Topic: "t", Partition: 0}
+			inboxTake(t, s, tp, -1)
+			var fail atomic.Bool
+			h := s.Handler(func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
+				if fail.Load() {
+					return errors.New("refused by the effect")
+				}
+				return inboxEffect("a")(ctx, tx, rec)
+			})
+			run := func(from int64) []error {
+				t.Helper()
+				var recs []runner.Record
+				for i := range int64(tc.records) {
+					recs = append(recs, inboxRec("t", 0, from+i))
+				}
+				return inboxApplyAll(h, recs)
+			}
+			for i, err := range run(0) { // prepares the statements on the connection
+				if err != nil {
+					t.Fatalf("record %d: %v", i, err)
+				}
+			}
+			from := int64(1000)
+			if tc.replay {
+				from = 0
+			}
+			fail.Store(tc.fail)
+			tr.reset()
+			for i, err := range run(from) {
+				if (err != nil) != tc.fail {
+					t.Fatalf("record %d: %v, want an error: %v", i, err, tc.fail)
+				}
+			}
+			if n := tr.total(); n != tc.want {
+				t.Fatalf("%d records took %d round trips (%d queries, %d batches, %d prepares), want %d",
+					tc.records, n, tr.queries.Load(), tr.batches.Load(), tr.prepares.Load(), tc.want)
+			}
+			want := int64(2 * tc.records)
+			if tc.fail || tc.replay {
+				want = int64(tc.records)
+			}
+			if n := inboxCount(t, base, "SELECT count(*) FROM effects"); n != want {
+				t.Fatalf("%d effects, want %d", n, want)
+			}
+			if st := s.Stats(); (st.Batches != 0) != (tc.batch > 1) {
+				t.Fatalf("stats %+v: Batches counts only the transactions of Batch > 1", st)
+			}
+		})
+	}
+}
+
 // TestInboxDedupKey: with DedupHeader, a second record carrying the same
 // message-id at another offset is a replay; records without the header are
 // deduplicated by offset only.

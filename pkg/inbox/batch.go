@@ -15,20 +15,26 @@ import (
 	"github.com/tidemark/tidemark/pkg/runner"
 )
 
-// batcher is the Batch mode of a Handler: group commit per partition. The
-// handler call that finds its partition idle leads: it waits up to
-// BatchWait for the batch to fill, takes its own record and up to Batch-1
-// waiting ones, runs them in one transaction, hands each waiter its result,
-// and passes the lead to the first record that arrived meanwhile (or marks
-// the partition idle). No goroutine is started, and a partition has at most
-// one transaction of the batcher open at a time.
+// batcher runs a Handler's or QueuedHandler's records in transactions of
+// one or more records: the claim, the effects, the COMMIT, a COMMIT in
+// doubt, fencing and retries exist once, here, for both.
+//
+// One record per transaction (Batch 1) is a batch of one, run on the
+// handler call's own goroutine with its ctx. With Batch > 1 it is group
+// commit per partition. The handler call that finds its partition idle
+// leads: it waits up to BatchWait for the batch to fill, takes its own
+// record and up to Batch-1 waiting ones, runs them in one transaction,
+// hands each waiter its result, and passes the lead to the first record
+// that arrived meanwhile (or marks the partition idle). No goroutine is
+// started, and a partition has at most one transaction of the batcher open
+// at a time.
 type batcher struct {
 	s  *Store
 	fn Effect
 	// queued is the QueuedEffect of a QueuedHandler, instead of fn.
 	queued QueuedEffect
-	// apply runs a batch and sets each item's err: b.run, or a stand-in in
-	// the package's tests (which have no database).
+	// apply runs a batch a leader took and sets each item's err: b.runLed,
+	// or a stand-in in the package's tests (which have no database).
 	apply func(batch []*item)
 
 	mu    sync.Mutex
@@ -61,7 +67,7 @@ type item struct {
 	rec   runner.Record
 	key   *string
 	state itemState  // guarded by batcher.mu
-	res   chan error // capacity 1: its result, or errLead
+	res   chan error // capacity 1: its result, or errLead; nil for Batch 1
 
 	// Set by the leader while it runs the batch.
 	err     error
@@ -74,21 +80,29 @@ var errLead = errors.New("inbox: lead the next batch")
 
 func newBatcher(s *Store, fn Effect) *batcher {
 	b := &batcher{s: s, fn: fn, parts: map[runner.TP]*pending{}}
-	b.apply = b.run
+	b.apply = b.runLed
 	return b
 }
 
 func (b *batcher) handle(ctx context.Context, rec runner.Record) error {
 	tp := rec.TP()
-	if _, ok := b.s.Epoch(tp); !ok {
+	l, ok := b.s.lease(tp)
+	if !ok {
 		return fmt.Errorf("%w (record %s)", ErrNoLease, rec.String())
 	}
-	// A record whose last batch's COMMIT is in doubt joins no batch until
-	// its outcome is known (a claim would wait on that transaction).
+	// A record whose last COMMIT is in doubt is not claimed again until
+	// its outcome is known (the claim would wait on that transaction).
 	if done, err := b.s.settled(ctx, &rec); done || err != nil {
 		return err
 	}
-	it := &item{ctx: ctx, rec: rec, key: b.s.dedupKey(&rec), res: make(chan error, 1)}
+	it := &item{ctx: ctx, rec: rec, key: b.s.dedupKey(&rec)}
+	if b.s.cfg.batch <= 1 {
+		// Nothing to wait for and no one to answer: the record's batch of
+		// one runs here, under its own ctx, at the lease it was given.
+		b.run(ctx, []*item{it}, l)
+		return it.err
+	}
+	it.res = make(chan error, 1)
 	b.mu.Lock()
 	p := b.parts[tp]
 	if p == nil {
@@ -272,13 +286,23 @@ func (b *batcher) take(it *item, p *pending) []*item {
 	return batch
 }
 
-// run applies a batch and sets each item's err.
-func (b *batcher) run(batch []*item) {
+// runLed runs a batch a leader took, under a context that ends only when
+// every record of the batch has given up (batchContext), at the lease the
+// Store holds now: the records may have waited through an assignment.
+func (b *batcher) runLed(batch []*item) {
 	ctx, cancel := batchContext(batch)
 	defer cancel()
+	l, _ := b.s.lease(batch[0].rec.TP())
+	b.run(ctx, batch, l)
+}
+
+// run applies a batch under ctx at lease l and sets each item's err. It
+// runs the batch's transaction (runOnce or runQueued) again after a
+// serialization failure or deadlock, up to Retries times, and after a
+// lease taken back (Owners), up to maxRetakes times.
+func (b *batcher) run(ctx context.Context, batch []*item, l lease) {
 	s := b.s
 	tp := batch[0].rec.TP()
-	l, _ := s.lease(tp)
 	sc, err := s.resolve(ctx)
 	for retakes := 0; err == nil; retakes++ {
 		err = s.retry(ctx, func() error {
@@ -291,7 +315,11 @@ func (b *batcher) run(batch []*item) {
 			return b.runOnce(ctx, sc, batch, l.epoch)
 		})
 		var fe *FencedError
-		if retakes == maxRetakes || !errors.As(err, &fe) {
+		if !errors.As(err, &fe) {
+			break
+		}
+		s.countFenced(ctx) // every refused attempt, also one retaken after
+		if retakes == maxRetakes {
 			break
 		}
 		epoch, won, rerr := s.retake(ctx, sc, tp, l, fe.Current)
@@ -302,8 +330,8 @@ func (b *batcher) run(batch []*item) {
 		if !won {
 			break
 		}
-		s.countFenced(ctx) // the refused attempt; the last one is counted below
 		l.epoch = epoch
+		err = nil // run the batch again at the epoch taken back
 	}
 	if err == nil {
 		var applied, replays int64
@@ -317,12 +345,10 @@ func (b *batcher) run(batch []*item) {
 		}
 		s.countApplied(ctx, applied)
 		s.countReplays(ctx, replays)
-		s.countBatch(ctx, len(batch))
+		if s.cfg.batch > 1 {
+			s.countBatch(ctx, len(batch))
+		}
 		return
-	}
-	var fe *FencedError
-	if errors.As(err, &fe) {
-		s.countFenced(ctx)
 	}
 	for _, it := range batch {
 		if it.err == nil || it.applied || it.replay {
@@ -355,6 +381,113 @@ func batchContext(batch []*item) (context.Context, context.CancelFunc) {
 	}
 }
 
+// live returns the records of batch whose callers have not given up, in
+// order (batch itself when that is all of them); the others get their
+// ctx's error.
+func live(batch []*item) []*item {
+	for i, it := range batch {
+		if it.ctx.Err() == nil {
+			continue
+		}
+		l := slices.Clone(batch[:i])
+		for _, it := range batch[i:] {
+			if err := it.ctx.Err(); err != nil {
+				it.err = err
+				continue
+			}
+			l = append(l, it)
+		}
+		return l
+	}
+	return batch
+}
+
+// claimed are the offsets whose inbox rows a claim inserted.
+type claimed []int64
+
+// take reports whether off is one of them and removes it: one row, one
+// effect, should an offset ever be in a batch twice. A batch holds at most
+// 64 records, so a scan costs less than a map.
+func (c *claimed) take(off int64) bool {
+	for i, o := range *c {
+		if o == off {
+			last := len(*c) - 1
+			(*c)[i] = (*c)[last]
+			*c = (*c)[:last]
+			return true
+		}
+	}
+	return false
+}
+
+// batchName names a batch in errors and logs: its record when it is a
+// batch of one, else its partition.
+func batchName(batch []*item) string {
+	if len(batch) == 1 {
+		return batch[0].rec.String()
+	}
+	return batch[0].rec.TP().String()
+}
+
+// batchSender is what a batch's transaction begins on: the pool (the
+// transaction holds a connection until it ends) or an acquired connection.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// claim begins the transaction of batch's records live on conn and, in
+// the same round trip, claims their inbox rows at epoch: one statement,
+// claim for one record and claimBatch for more. It returns the
+// transaction, the offsets whose rows it inserted and the transaction's id
+// (for a COMMIT in doubt). tx is never nil, also with an error: the caller
+// ends it. A lease at another epoch is a *FencedError; a serialization
+// failure or deadlock is returned as it is, to run the transaction again.
+func (s *Store) claim(ctx context.Context, conn batchSender, sc *schema, batch, live []*item, epoch int64) (tx pgx.Tx, rows claimed, xid int64, err error) {
+	tp := live[0].rec.TP()
+	pb := &pgx.Batch{}
+	pb.BeginTx(s.cfg.txOptions)
+	if len(live) == 1 {
+		it := live[0]
+		pb.Queue(sc.sql.claim, s.group, tp.Topic, tp.Partition, it.rec.Offset, epoch, keyDigest(it.key))
+	} else {
+		offs := make([]int64, len(live))
+		keys := make([][]byte, len(live))
+		for i, it := range live {
+			offs[i], keys[i] = it.rec.Offset, keyDigest(it.key)
+		}
+		pb.Queue(sc.sql.claimBatch, s.group, tp.Topic, tp.Partition, offs, keys, epoch)
+	}
+	br := conn.SendBatch(ctx, pb)
+	tx = br.Tx()
+	var (
+		current *int64
+		one     bool
+	)
+	_, err = br.Exec() // BEGIN
+	if err == nil && len(live) == 1 {
+		err = br.QueryRow().Scan(&current, &one, &xid)
+		if one {
+			rows = claimed{live[0].rec.Offset}
+		}
+	} else if err == nil {
+		err = br.QueryRow().Scan(&current, (*[]int64)(&rows), &xid)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil && retryable(err):
+		return tx, nil, 0, err
+	case err != nil && len(batch) == 1:
+		return tx, nil, 0, connError("claiming "+batchName(batch), err)
+	case err != nil:
+		return tx, nil, 0, connError("claiming the batch of "+batchName(batch), err)
+	case current == nil || *current != epoch:
+		return tx, nil, 0, &FencedError{Record: batchName(batch), Epoch: epoch, Current: deref(current)}
+	}
+	return tx, rows, xid, nil
+}
+
 // runOnce runs the batch's transaction once. It returns an error for the
 // batch as a whole (nothing committed); a record whose effect failed has
 // its own err and is rolled back to its savepoint, the others go on.
@@ -367,69 +500,45 @@ func batchContext(batch []*item) (context.Context, context.CancelFunc) {
 // RELEASE per record; each record's has a name of its own (Batch's limit of
 // 64 bounds the nesting). A failed record is rolled back to its savepoint
 // and its inbox row, claimed before the savepoint, deleted.
+//
+// With Batch 1 the one record's effect gets the transaction itself, no
+// savepoint: when it fails, the transaction is rolled back whole.
 func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch int64) error {
 	s := b.s
-	live := make([]*item, 0, len(batch))
-	offs := make([]int64, 0, len(batch))
-	keys := make([][]byte, 0, len(batch))
-	for _, it := range batch {
-		if err := it.ctx.Err(); err != nil {
-			it.err = err
-			continue
-		}
-		live = append(live, it)
-		offs = append(offs, it.rec.Offset)
-		keys = append(keys, keyDigest(it.key))
-	}
+	live := live(batch)
 	if len(live) == 0 {
 		return nil
 	}
 	tp := live[0].rec.TP()
-	what := tp.String()
-
-	pb := &pgx.Batch{}
-	pb.BeginTx(s.cfg.txOptions)
-	pb.Queue(sc.sql.claimBatch, s.group, tp.Topic, tp.Partition, offs, keys, epoch)
-	br := s.pool.SendBatch(ctx, pb)
-	tx := br.Tx()
-	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	var (
-		current *int64
-		claimed []int64
-		xid     int64
-	)
-	_, err := br.Exec() // BEGIN
-	if err == nil {
-		err = br.QueryRow().Scan(&current, &claimed, &xid)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	tx, rows, xid, err := s.claim(ctx, s.pool, sc, batch, live, epoch)
+	// After Commit this is a no-op; on every other path it ends the
+	// transaction and gives the connection back (also when fn panics).
+	defer tx.Rollback(ctx) //nolint:errcheck
 	if err != nil {
-		if retryable(err) {
-			return err
-		}
-		return connError("claiming the batch of "+what, err)
+		return err
 	}
-	if current == nil || *current != epoch {
-		return &FencedError{Record: what, Epoch: epoch, Current: deref(current)}
-	}
-	isClaimed := make(map[int64]bool, len(claimed))
-	for _, off := range claimed {
-		isClaimed[off] = true
-	}
+	savepoints := s.cfg.batch > 1
 	sp := 0
 	for _, it := range live {
-		if !isClaimed[it.rec.Offset] {
+		if !rows.take(it.rec.Offset) {
 			it.replay = true
 			continue
 		}
-		// One row, one effect: should an offset ever be in a batch twice,
-		// the second is a replay.
-		delete(isClaimed, it.rec.Offset)
 		// A record claimed in this transaction runs even if its caller
 		// has given up meanwhile: the effect commits with its row, and
 		// the caller's replay finds the row.
+		if !savepoints {
+			// A batch of one: no other record to keep.
+			if ferr := b.call(ctx, tx, it); ferr != nil {
+				if retryable(ferr) {
+					return ferr
+				}
+				it.err = fmt.Errorf("inbox: effect of %s: %w", it.rec.String(), ferr)
+				return nil // the deferred rollback ends the transaction
+			}
+			it.applied = true
+			continue
+		}
 		etx := newSavepointTx(ctx, tx, sp)
 		sp++
 		ferr := b.call(ctx, etx, it)
@@ -467,28 +576,54 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 		it.err = fmt.Errorf("inbox: effect of %s: %w", it.rec.String(), ferr)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		if !inDoubt(err) {
-			return s.commitError(ctx, what, epoch, err)
-		}
-		var recs []*runner.Record
-		for _, it := range live {
-			if it.applied {
-				recs = append(recs, &it.rec)
-			}
-		}
-		if applied, err := s.resolveCommit(ctx, sc, what, xid, err, recs); !applied {
-			return err
-		}
+		return b.commitFailed(ctx, sc, batchName(batch), epoch, xid, err, live)
 	}
 	return nil
 }
 
-// call runs fn for one record of a batch. A panic is recovered here, unlike
-// in the one-record handler: fn runs on the leader's goroutine, so the
-// runner would blame the leader's record for it, and the other records of
-// the batch would never get an answer. It becomes this record's error and
-// goes to the runner's failure policy like any other.
+// commitFailed classifies a failed COMMIT of a batch; live are its
+// records, those applied among them count if it committed after all.
+func (b *batcher) commitFailed(ctx context.Context, sc *schema, what string, epoch, xid int64, err error, live []*item) error {
+	s := b.s
+	if isCode(err, belowMarkCode) {
+		if len(live) == 1 {
+			// The lone record's row was pruned while it claimed it again:
+			// a replay (retrying would find it below the mark).
+			live[0].applied, live[0].replay = false, true
+			return nil
+		}
+		return err // run the batch again: its claim finds the record below the mark
+	}
+	if !inDoubt(err) {
+		return s.commitError(ctx, what, epoch, err)
+	}
+	var recs []*runner.Record
+	for _, it := range live {
+		if it.applied {
+			recs = append(recs, &it.rec)
+		}
+	}
+	applied, rerr := s.resolveCommit(ctx, sc, what, xid, err, recs)
+	if !applied {
+		for _, it := range live {
+			it.applied = false
+		}
+		return rerr
+	}
+	return nil
+}
+
+// call runs fn for one record. With Batch > 1 a panic is recovered here:
+// fn runs on the leader's goroutine, so the runner would blame the
+// leader's record for it, and the other records of the batch would never
+// get an answer. It becomes this record's error and goes to the runner's
+// failure policy like any other. A batch of one runs on its record's own
+// goroutine: the panic goes on to the runner, which recovers it for that
+// record (the deferred rollback in runOnce ends the transaction).
 func (b *batcher) call(ctx context.Context, tx pgx.Tx, it *item) (err error) {
+	if b.s.cfg.batch <= 1 {
+		return b.fn(ctx, tx, it.rec)
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("inbox: effect of %s panicked: %v\n%s", it.rec.String(), v, debug.Stack())

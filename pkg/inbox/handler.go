@@ -66,49 +66,9 @@ func (s *Store) Handler(fn Effect) runner.Handler {
 			return errors.New("inbox: Handler was given a nil Effect")
 		}
 	}
-	if s.cfg.batch > 1 {
-		b := newBatcher(s, fn)
-		return b.handle
-	}
-	return s.oneByOne(func(ctx context.Context, sc *schema, rec *runner.Record, epoch int64, key *string) error {
-		return s.applyOne(ctx, sc, fn, rec, epoch, key)
-	})
-}
-
-// oneByOne is the handler of one record per transaction around apply,
-// which runs the record's transaction once: the lease, the schema, a
-// COMMIT left in doubt by an earlier attempt, the retries of serialization
-// failures and deadlocks, and a lease taken back (Owners).
-func (s *Store) oneByOne(apply func(ctx context.Context, sc *schema, rec *runner.Record, epoch int64, key *string) error) runner.Handler {
-	return func(ctx context.Context, rec runner.Record) error {
-		l, ok := s.lease(rec.TP())
-		if !ok {
-			return fmt.Errorf("%w (record %s)", ErrNoLease, rec.String())
-		}
-		sc, err := s.resolve(ctx)
-		if err != nil {
-			return err
-		}
-		if done, err := s.settled(ctx, &rec); done || err != nil {
-			return err
-		}
-		key := s.dedupKey(&rec)
-		for retakes := 0; ; retakes++ {
-			err := s.retry(ctx, func() error { return apply(ctx, sc, &rec, l.epoch, key) })
-			var fe *FencedError
-			if retakes == maxRetakes || !errors.As(err, &fe) {
-				return err
-			}
-			epoch, won, rerr := s.retake(ctx, sc, rec.TP(), l, fe.Current)
-			if rerr != nil {
-				return rerr
-			}
-			if !won {
-				return err
-			}
-			l.epoch = epoch
-		}
-	}
+	// One record per transaction is a batch of one (see batcher): the
+	// claim, the COMMIT and its doubts are written once, for both.
+	return newBatcher(s, fn).handle
 }
 
 // maxRetakes bounds how often one handler call takes its lease back (see
@@ -177,81 +137,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// applyOne runs one record's transaction.
-func (s *Store) applyOne(ctx context.Context, sc *schema, fn Effect, rec *runner.Record, epoch int64, key *string) error {
-	b := &pgx.Batch{}
-	b.BeginTx(s.cfg.txOptions)
-	b.Queue(sc.sql.claim, s.group, rec.Topic, rec.Partition, rec.Offset, epoch, keyDigest(key))
-	br := s.pool.SendBatch(ctx, b)
-	tx := br.Tx()
-	// After Commit this is a no-op; on every other path it ends the
-	// transaction and gives the connection back (also when fn panics).
-	defer tx.Rollback(ctx) //nolint:errcheck
-	var (
-		current *int64
-		claimed bool
-		xid     int64
-	)
-	_, err := br.Exec() // BEGIN
-	if err == nil {
-		err = br.QueryRow().Scan(&current, &claimed, &xid)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		if retryable(err) {
-			return err
-		}
-		return connError("claiming "+rec.String(), err)
-	}
-	switch {
-	case current == nil || *current != epoch:
-		s.countFenced(ctx)
-		return &FencedError{Record: rec.String(), Epoch: epoch, Current: deref(current)}
-	case !claimed:
-		s.countReplays(ctx, 1)
-		return nil
-	}
-	if err := fn(ctx, tx, *rec); err != nil {
-		if retryable(err) {
-			return err
-		}
-		return fmt.Errorf("inbox: effect of %s: %w", rec.String(), err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		if isCode(err, belowMarkCode) {
-			// Retention pruned the record's row while this transaction
-			// claimed it again: a replay, rolled back.
-			s.countReplays(ctx, 1)
-			return nil
-		}
-		if inDoubt(err) {
-			if applied, err := s.resolveCommit(ctx, sc, rec.String(), xid, err, []*runner.Record{rec}); !applied {
-				return err
-			}
-			s.countApplied(ctx, 1)
-			return nil
-		}
-		err = s.commitError(ctx, rec.String(), epoch, err)
-		if fencedByTrigger(err) {
-			s.countFenced(ctx)
-		}
-		return err
-	}
-	s.countApplied(ctx, 1)
-	return nil
-}
-
 // commitError classifies a failed COMMIT.
 func (s *Store) commitError(ctx context.Context, what string, epoch int64, err error) error {
 	switch {
 	case fencedByTrigger(err): // counted by the caller
 		return &FencedError{Record: what, Epoch: epoch, Cause: err}
-	case isCode(err, belowMarkCode):
-		// Only a batch can get here (applyOne takes it as a replay): run
-		// the batch again, and its claim finds the record below the mark.
-		return err
 	case retryable(err):
 		return err
 	case errors.Is(err, pgx.ErrTxCommitRollback):

@@ -48,28 +48,7 @@ func (s *Store) QueuedHandler(fn QueuedEffect) runner.Handler {
 	}
 	b := newBatcher(s, nil)
 	b.queued = fn
-	if s.cfg.batch > 1 {
-		return b.handle
-	}
-	// One record per transaction: the same pipeline with a batch of one,
-	// run on the handler's own goroutine.
-	return s.oneByOne(func(ctx context.Context, sc *schema, rec *runner.Record, epoch int64, key *string) error {
-		it := &item{ctx: ctx, rec: *rec, key: key}
-		if err := b.runQueued(ctx, sc, []*item{it}, epoch); err != nil {
-			var fe *FencedError
-			if errors.As(err, &fe) {
-				s.countFenced(ctx)
-			}
-			return err
-		}
-		if it.replay {
-			s.countReplays(ctx, 1)
-		}
-		if it.applied {
-			s.countApplied(ctx, 1)
-		}
-		return it.err
-	})
+	return b.handle
 }
 
 // queuedRecord is one claimed record of a queued batch and its statements.
@@ -80,7 +59,9 @@ type queuedRecord struct {
 }
 
 // callQueued runs the QueuedEffect for one record. A panic is recovered
-// into the record's error, for the reason call gives.
+// into the record's error, for the reason call gives with Batch > 1, and
+// with Batch 1 too, as QueuedEffect promises (an Effect's panic, by
+// contrast, goes to the runner then).
 func (b *batcher) callQueued(it *item) (r queuedRecord, err error) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -113,26 +94,12 @@ func (b *batcher) callQueued(it *item) (r queuedRecord, err error) {
 // (one more).
 func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoch int64) (err error) {
 	s := b.s
-	live := make([]*item, 0, len(batch))
-	offs := make([]int64, 0, len(batch))
-	keys := make([][]byte, 0, len(batch))
-	for _, it := range batch {
-		if err := it.ctx.Err(); err != nil {
-			it.err = err
-			continue
-		}
-		live = append(live, it)
-		offs = append(offs, it.rec.Offset)
-		keys = append(keys, keyDigest(it.key))
-	}
+	live := live(batch)
 	if len(live) == 0 {
 		return nil
 	}
 	tp := live[0].rec.TP()
-	what := tp.String()
-	if len(batch) == 1 {
-		what = live[0].rec.String()
-	}
+	what := batchName(batch)
 
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -142,41 +109,18 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 	// pooled; the deferred rollback ends it on every path that did not
 	// commit.
 	defer c.Release()
-	pb := &pgx.Batch{}
-	pb.BeginTx(s.cfg.txOptions)
-	pb.Queue(sc.sql.claimBatch, s.group, tp.Topic, tp.Partition, offs, keys, epoch)
-	br := c.SendBatch(ctx, pb)
-	tx := br.Tx()
+	tx, rows, xid, err := s.claim(ctx, c, sc, batch, live, epoch)
+	// Not a deferred tx.Rollback: a COMMIT sent in a pipeline ends the
+	// transaction without pgx's Tx knowing, and its Rollback would then
+	// cost a round trip.
 	ended := false
 	defer func() {
 		if !ended {
 			_ = tx.Rollback(ctx)
 		}
 	}()
-	var (
-		current *int64
-		claimed []int64
-		xid     int64
-	)
-	_, err = br.Exec() // BEGIN
-	if err == nil {
-		err = br.QueryRow().Scan(&current, &claimed, &xid)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
-		if retryable(err) {
-			return err
-		}
-		return connError("claiming "+what, err)
-	}
-	if current == nil || *current != epoch {
-		return &FencedError{Record: what, Epoch: epoch, Current: deref(current)}
-	}
-	isClaimed := make(map[int64]bool, len(claimed))
-	for _, off := range claimed {
-		isClaimed[off] = true
+		return err
 	}
 	unclaim := func(off int64) *pgx.QueuedQuery {
 		return &pgx.QueuedQuery{SQL: sc.sql.unclaim, Arguments: []any{s.group, tp.Topic, tp.Partition, off}}
@@ -185,11 +129,10 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 	var pending []queuedRecord
 	callbacks := false
 	for _, it := range live {
-		if !isClaimed[it.rec.Offset] {
+		if !rows.take(it.rec.Offset) {
 			it.replay = true
 			continue
 		}
-		delete(isClaimed, it.rec.Offset)
 		r, ferr := b.callQueued(it)
 		if ferr != nil {
 			it.err = fmt.Errorf("inbox: effect of %s: %w", it.rec.String(), ferr)
@@ -330,36 +273,4 @@ func (b *batcher) pipelineError(what string, err error) error {
 		return err
 	}
 	return connError("running the batch of "+what, err)
-}
-
-// commitFailed classifies a failed COMMIT of a queued batch; live are its
-// records, those applied among them count if it committed after all.
-func (b *batcher) commitFailed(ctx context.Context, sc *schema, what string, epoch, xid int64, err error, live []*item) error {
-	s := b.s
-	if isCode(err, belowMarkCode) {
-		if len(live) == 1 {
-			// The lone record's row was pruned while it claimed it again:
-			// a replay (retrying would find it below the mark).
-			live[0].applied, live[0].replay = false, true
-			return nil
-		}
-		return err // run the batch again: its claim finds the record below the mark
-	}
-	if !inDoubt(err) {
-		return s.commitError(ctx, what, epoch, err)
-	}
-	var recs []*runner.Record
-	for _, it := range live {
-		if it.applied {
-			recs = append(recs, &it.rec)
-		}
-	}
-	applied, rerr := s.resolveCommit(ctx, sc, what, xid, err, recs)
-	if !applied {
-		for _, it := range live {
-			it.applied = false
-		}
-		return rerr
-	}
-	return nil
 }
