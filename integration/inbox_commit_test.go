@@ -303,6 +303,24 @@ func TestInboxCommitAnswerLost(t *testing.T) {
 	}
 }
 
+// alterSystem sets a server setting with ALTER SYSTEM (RESET for an empty
+// value) and tells the server to reload its configuration; each session
+// rereads it before its next statement.
+func alterSystem(t *testing.T, pool *pgxpool.Pool, name, value string) {
+	t.Helper()
+	ctx := context.Background()
+	q := "ALTER SYSTEM RESET " + name
+	if value != "" {
+		q = "ALTER SYSTEM SET " + name + " = '" + value + "'"
+	}
+	if _, err := pool.Exec(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestInboxSyncStandbyNeverAnswers: synchronous_standby_names names a
 // standby that does not exist, so a COMMIT in a session with
 // synchronous_commit = on waits forever (committed locally, not yet
@@ -325,16 +343,7 @@ func TestInboxSyncStandbyNeverAnswers(t *testing.T) {
 	var pool *pgxpool.Pool
 	setStandby := func(names string) {
 		t.Helper()
-		q := "ALTER SYSTEM RESET synchronous_standby_names"
-		if names != "" {
-			q = "ALTER SYSTEM SET synchronous_standby_names = '" + names + "'"
-		}
-		if _, err := home.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := home.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
-			t.Fatal(err)
-		}
+		alterSystem(t, home, "synchronous_standby_names", names)
 		// Every session rereads the configuration before its next
 		// statement once it got the postmaster's signal: wait until each
 		// connection the Store may use has.
@@ -488,21 +497,8 @@ func TestInboxCommitXIDReusedAfterCrash(t *testing.T) {
 	// its maximum, 10 s, nothing writes the lost transaction's WAL before
 	// the crash (nothing else commits meanwhile: the serial phase runs
 	// this test alone).
-	setWALWriterDelay := func(v string) {
-		t.Helper()
-		q := "ALTER SYSTEM RESET wal_writer_delay"
-		if v != "" {
-			q = "ALTER SYSTEM SET wal_writer_delay = '" + v + "'"
-		}
-		if _, err := home.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := home.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setWALWriterDelay("10s")
-	t.Cleanup(func() { setWALWriterDelay("") })
+	alterSystem(t, home, "wal_writer_delay", "10s")
+	t.Cleanup(func() { alterSystem(t, home, "wal_writer_delay", "") })
 
 	p := newPGCut(t)
 	pool, err := pgxpool.New(ctx, p.dsn(t, home.Config().ConnConfig.RuntimeParams["search_path"]))
@@ -541,6 +537,9 @@ func TestInboxCommitXIDReusedAfterCrash(t *testing.T) {
 			t.Errorf("scripts/testbed restart postgres --kill: %v\n%s", err, out)
 			return
 		}
+		// The crash broke the test's own connections: a pool hands out
+		// an idle one without checking it.
+		home.Reset()
 		conn, err := pgx.Connect(ctx, os.Getenv("TIDEMARK_PG_DSN"))
 		if err != nil {
 			t.Errorf("connecting after the restart: %v", err)

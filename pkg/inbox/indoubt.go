@@ -88,13 +88,26 @@ const (
 	xactAborted                      // rolled back (also by a crash)
 )
 
+// endedGrace is how long outcome goes on asking once ctx has ended: the
+// cancel request pgx sent when ctx ended is what ends a COMMIT's wait for a
+// synchronous standby (PostgreSQL keeps the local commit), and the server
+// takes a moment to act on it. One ask at once would often find the
+// transaction still in progress and leave the record in doubt.
+const endedGrace = time.Second
+
 // outcome asks pg_xact_status for xid until it says committed or aborted,
-// for up to InDoubtTimeout while ctx lasts. It asks once even when ctx has
-// ended (that is why the COMMIT failed, often), under a context of its own.
+// for up to InDoubtTimeout while ctx lasts, and for up to endedGrace (within
+// InDoubtTimeout) once it has ended (that is why the COMMIT failed, often),
+// under a context of its own.
 func (s *Store) outcome(ctx context.Context, sc *schema, xid int64) xactOutcome {
 	deadline := time.Now().Add(s.cfg.inDoubtTimeout)
+	ended := false
 	wait := 20 * time.Millisecond
 	for {
+		if !ended && ctx.Err() != nil {
+			ended = true
+			deadline = minTime(deadline, time.Now().Add(endedGrace))
+		}
 		qctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		var status *string
 		err := s.pool.QueryRow(qctx, sc.sql.xactStatus, xid).Scan(&status)
@@ -111,11 +124,23 @@ func (s *Store) outcome(ctx context.Context, sc *schema, xid int64) xactOutcome 
 		case *status == "aborted":
 			return xactAborted
 		}
-		if ctx.Err() != nil || time.Until(deadline) < wait || !sleep(ctx, wait) {
+		if time.Until(deadline) < wait {
 			return xactUnknown
+		}
+		if ended {
+			time.Sleep(wait)
+		} else if !sleep(ctx, wait) {
+			continue // ctx ended while waiting: the grace starts now
 		}
 		wait = min(2*wait, 500*time.Millisecond)
 	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // verdict is what became of the transaction xid that claimed recs: it
