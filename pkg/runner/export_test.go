@@ -82,11 +82,17 @@ func CompleteForTest(r *Runner, n int, stuck func(Record) bool) int {
 	return done
 }
 
-// MemoryForTest returns the records' charge, what the free lists hold and
-// the global limit.
-func MemoryForTest(r *Runner) (charged, free, pauseAt int64) {
-	return r.charged(), r.freeBytes, r.pauseAt
+// MemoryForTest returns the runner's claim (its charge, and the reserve
+// for the tracker rings' growth), what the free lists hold and the global
+// limit.
+func MemoryForTest(r *Runner) (claimed, free, pauseAt int64) {
+	return r.claimed(), r.freeBytes, r.pauseAt
 }
 
-// TickForTest runs the periodic tick's memory trimming.
-func TickForTest(r *Runner) { r.trimFree() }
+// TickForTest runs the periodic tick's memory trimming, and tells the
+// source what it paused or resumed, as the loop does after every event.
+func TickForTest(r *Runner) {
+	r.trimFree()
+	r.trimRings()
+	r.flushFlow()
+}

@@ -14,13 +14,13 @@ import (
 //   - its payload: the one allocation holding its key, value and header
 //     bytes (copied by copyRecord, so that it pins no buffer of the
 //     source's), as the allocator sized it, and its header slice;
-//   - RecordOverhead(o): its task, its tracker slot, and in KeyOrder its
-//     share of the key lanes.
+//   - RecordOverhead(o): its task, and in KeyOrder its share of the key
+//     lanes.
 //
-// The tracker slot stays charged after the record finished, as long as
-// the record is behind the safe offset's unfinished head (the uncommitted
-// window bounds how many). What a partition costs whatever its records is
-// PartitionOverhead; it is not charged.
+// Each partition is charged its tracker ring's bytes beyond the least ring
+// (setRing), exactly: the ring grows in a hand-over and shrinks only on the
+// tick (trimRings), so the charge changes then. What a partition costs
+// whatever its records is PartitionOverhead; it is not charged.
 
 var (
 	// taskAlloc and laneAlloc are what the allocator takes for a task and
@@ -51,13 +51,13 @@ func allocSize(n int) int64 { return int64(cap(slices.Grow([]byte(nil), n))) }
 // RecordOverhead is what the runner charges each record it buffers or
 // runs, on top of its payload (the allocation holding its key, value and
 // header bytes, and its header slice), against the byte water marks and
-// MaxBufferedBytes, for ordering mode o: the record's task, its tracker
-// slot (watermark.SlotBytes, which stays charged until the safe offset
-// passes the record), and in KeyOrder two key lanes' worth (a partition
-// keeps at most two lanes per record it holds, plus a constant few). With
-// Go 1.26 on amd64 it is 576 bytes in KeyOrder and 320 in the other modes.
+// MaxBufferedBytes, for ordering mode o: the record's task, and in KeyOrder
+// two key lanes' worth (a partition keeps at most two lanes per record it
+// holds, plus a constant few). The partition's tracker ring is charged
+// apart, at its size. With Go 1.26 on amd64 it is 516 bytes in KeyOrder and
+// 256 in the other modes.
 func RecordOverhead(o Ordering) int64 {
-	n := taskAlloc + watermark.SlotBytes
+	n := taskAlloc
 	if o == KeyOrder {
 		n += 2 * laneCharge
 	}
@@ -160,7 +160,7 @@ func (r *Runner) newTask() *task {
 // limit allows.
 func (r *Runner) freeTask(t *task) {
 	*t = task{}
-	if r.charged()+r.freeBytes+taskAlloc <= r.pauseAt {
+	if r.claimed()+r.freeBytes+taskAlloc <= r.pauseAt {
 		r.free = append(r.free, t)
 		r.freeBytes += taskAlloc
 	}
@@ -183,7 +183,7 @@ func (r *Runner) newLane(key uint64) *lane {
 // freeLane is freeTask for lanes.
 func (r *Runner) freeLane(l *lane) {
 	*l = lane{}
-	if r.charged()+r.freeBytes+laneAlloc <= r.pauseAt {
+	if r.claimed()+r.freeBytes+laneAlloc <= r.pauseAt {
 		r.freeLanes = append(r.freeLanes, l)
 		r.freeBytes += laneAlloc
 	}
@@ -193,11 +193,11 @@ func (r *Runner) freeLane(l *lane) {
 // plus the free lists are within pauseAt again (or the lists are empty).
 // Each one given back was kept before: amortized O(1).
 func (r *Runner) fitFree() {
-	for over := r.charged() + r.freeBytes - r.pauseAt; over > 0 && len(r.free) > 0; over -= taskAlloc {
+	for over := r.claimed() + r.freeBytes - r.pauseAt; over > 0 && len(r.free) > 0; over -= taskAlloc {
 		r.free = trim(r.free, 1)
 		r.freeBytes -= taskAlloc
 	}
-	for over := r.charged() + r.freeBytes - r.pauseAt; over > 0 && len(r.freeLanes) > 0; over -= laneAlloc {
+	for over := r.claimed() + r.freeBytes - r.pauseAt; over > 0 && len(r.freeLanes) > 0; over -= laneAlloc {
 		r.freeLanes = trim(r.freeLanes, 1)
 		r.freeBytes -= laneAlloc
 	}
@@ -252,39 +252,75 @@ func (r *Runner) trimLanes(ps *partState) {
 	}
 }
 
-// setSlots charges ps's tracker slots: one per outstanding record.
-func (r *Runner) setSlots(ps *partState) {
-	n := int64(ps.p.Tracker().Outstanding()) * watermark.SlotBytes
-	r.slotBytes += n - ps.slotBytes
-	ps.slotBytes = n
+// setRing charges ps's tracker ring at its size beyond the least ring
+// (PartitionOverhead covers that one), and counts its whole size in
+// ringReal. It runs after a hand-over, which can grow the ring, and after
+// the tick trimmed it; nothing else changes the ring's size.
+func (r *Runner) setRing(ps *partState) {
+	size := ps.p.Tracker().RingBytes()
+	if size == ps.ringReal {
+		return
+	}
+	c := max(size-watermark.MinRingBytes, 0)
+	r.ringBytes += c - ps.ringBytes
+	r.ringReal += size - ps.ringReal
+	ps.ringBytes, ps.ringReal = c, size
 }
 
-// release ends what a closed partition charges: its tracker slots and
-// held lanes. Its tracker keeps only a ring of the least size (the
-// partition's next assignment starts afresh anyway); in-flight records
-// are charged until they return.
+// trimRings shrinks the tracker rings to what their partitions used since
+// the last tick but one (watermark.Tracker.Trim). It runs every tick, over
+// the owned partitions as publishStats does: O(1) for a partition whose
+// ring keeps its size. So a burst of records does not reallocate the ring
+// (Complete never shrinks it), and an idle partition keeps only the least
+// ring after two ticks. When a ring shrank it re-checks the global limit:
+// the rings may be all that kept the runner paused, and once every record
+// finished nothing else would resume it.
+func (r *Runner) trimRings() {
+	shrunk := false
+	for _, ps := range r.parts {
+		if ps.p.Tracker().Trim() {
+			r.setRing(ps)
+			shrunk = true
+		}
+	}
+	if shrunk {
+		r.checkGlobal()
+	}
+}
+
+// release ends what a closed partition charges: its tracker ring and held
+// lanes. Its tracker keeps no ring (the partition's next assignment starts
+// afresh anyway); in-flight records are charged until they return.
 func (r *Runner) release(ps *partState) {
-	r.slotBytes -= ps.slotBytes
-	ps.slotBytes = 0
 	r.heldBytes -= int64(ps.held) * laneCharge
 	ps.held = 0
 	ps.p.Tracker().Reset(ps.p.Safe())
+	r.setRing(ps)
 }
 
 // charged is the runner's total charge: what MaxBufferedBytes bounds.
-func (r *Runner) charged() int64 { return r.totalBytes + r.slotBytes + r.heldBytes }
+func (r *Runner) charged() int64 { return r.totalBytes + r.ringBytes + r.heldBytes }
+
+// claimed is what the global limit compares with pauseAt: the charge and
+// ringReal, the most that the next hand-over can grow the tracker rings by
+// beyond two slots per record it brings. A ring grows only when full, by
+// doubling: from L slots holding n <= L records, k more take it to less than
+// 2(n+k) slots, so it grows by less than L + 2k slots.
+func (r *Runner) claimed() int64 { return r.charged() + r.ringReal }
 
 // globalLimits returns where the runner pauses every partition (its
-// charge at pauseAt or above) for MaxBufferedBytes max: its share, max
+// claim at pauseAt or above) for MaxBufferedBytes max: its share, max
 // minus SourceShare, less what one hand-over can add (the check runs after
 // it). A hand-over brings at most SourceShare of key, value and header bytes
 // (the source holds them before handing them over; the allocator rounds a
 // copy up by at most a quarter plus 7 bytes) and at most high-low records
 // (the runner's budget), each charged at most RecordOverhead plus 8 bytes of
-// rounding and one header of slice rounding. The free lists live under
+// rounding and one header of slice rounding, and growing its tracker ring
+// by at most two slots beyond ringReal (claimed). The free lists live under
 // pauseAt too (freeTask). pauseAt is not positive when max leaves no room.
 func (c *config) globalLimits() (pauseAt, handover int64) {
 	share := int64(float64(c.maxBytes) * SourceShare)
-	handover = share + share/4 + int64(c.highRecords-c.lowRecords)*(RecordOverhead(c.ordering)+8+headerSize)
+	perRecord := RecordOverhead(c.ordering) + 8 + headerSize + 2*watermark.SlotSize
+	handover = share + share/4 + int64(c.highRecords-c.lowRecords)*perRecord
 	return c.maxBytes - share - handover, handover
 }

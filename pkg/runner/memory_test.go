@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/runner/runnertest"
+	"github.com/tidemark/tidemark/pkg/watermark"
 )
 
 // TestHandlerMayKeepARecord: the runner keeps its own copy of every record's
@@ -324,5 +325,120 @@ func TestFreeListsLiveUnderTheLimit(t *testing.T) {
 	runner.TickForTest(r) // nothing taken since the last tick: all given back
 	if _, free, _ := runner.MemoryForTest(r); free != 0 {
 		t.Fatalf("the free lists hold %d bytes after two idle ticks, want 0", free)
+	}
+}
+
+// TestRingGrowthStaysWithinTheShare: the runner charges each partition's
+// tracker ring at its size, and one hand-over can double every ring it
+// brings records to (a ring grows only when full, by doubling). The global
+// limit leaves room for that, so the charge stays within the runner's
+// share (MaxBufferedBytes less SourceShare) after every hand-over of a
+// source that keeps to the pauses, even when the rings are most of it:
+// here every partition holds one stuck record and a full ring of finished
+// records behind it, and the last hand-over brings one record to each.
+func TestRingGrowthStaysWithinTheShare(t *testing.T) {
+	const maxBytes, ring = 8 << 20, 8192 // a ring of 8,192 slots: 128 KiB
+	share := int64(maxBytes - maxBytes*runner.SourceShare)
+	d := newDriver()
+	r := newRunner(t, d, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error { return nil }),
+		runner.Order(runner.Unordered), runner.WaterMarks(200, 100), runner.Window(2*ring),
+		runner.ByteWaterMarks(1<<20, 1<<19), runner.MaxBufferedBytes(maxBytes))
+	// As many partitions as fit under the limit with their rings charged
+	// once, and more than fit in the share with them doubled.
+	_, _, pauseAt := runner.MemoryForTest(r)
+	perPart := int64(ring*watermark.SlotSize - watermark.MinRingBytes + 1024) // its ring, its stuck record
+	parts := int(pauseAt/perPart) - 1
+	if int64(parts)*2*(perPart-1024) <= share {
+		t.Fatalf("%d partitions with doubled rings fit in the share %d: the test cannot test the limit", parts, share)
+	}
+	tps := make([]runner.TP, parts)
+	for i := range tps {
+		tps[i] = tp(int32(i))
+	}
+	runner.AssignForTest(r, tps)
+	stuck := func(rec runner.Record) bool { return rec.Offset == 0 }
+	handOver := func(bs ...runner.Batch) {
+		t.Helper()
+		for _, b := range bs {
+			runner.DeliverForTest(r, b)
+		}
+		runner.PublishStatsForTest(r)
+		if s := r.Stats(); s.Bytes > share {
+			t.Fatalf("after a hand-over the runner charges %d bytes, above its share %d (%d partitions)", s.Bytes, share, parts)
+		}
+		for runner.CompleteForTest(r, 1000, stuck) > 0 {
+		}
+	}
+	// Fill every ring with one stuck record and finished ones behind it,
+	// as a source does: only unpaused partitions, within the budget.
+	next := make([]int64, parts)
+	for i := range tps {
+		for next[i] < ring && !d.isPaused(tps[i]) {
+			n := min(int64(runner.BudgetForTest(r)), ring-next[i])
+			handOver(batch(records(int32(i), next[i], int(n), 1<<30)))
+			next[i] += n
+		}
+	}
+	var last []runner.Batch
+	for i := range tps {
+		if !d.isPaused(tps[i]) {
+			last = append(last, batch(records(int32(i), next[i], 1, 1<<30)))
+		}
+	}
+	if len(last) > 0 {
+		handOver(last...)
+	}
+	if !d.isPaused(tps[0]) {
+		t.Fatalf("the rings never reached the global limit: the test does not test it")
+	}
+}
+
+// TestShrunkRingsResume: a runner paused by the global limit because of
+// its tracker rings resumes once the tick shrank them, with nothing else
+// happening: the rings are the only thing that fell, and no record is left
+// to finish and re-check the limit. (The tick shrank the rings without
+// re-checking the limit: the partitions stayed paused for good.)
+func TestShrunkRingsResume(t *testing.T) {
+	const maxBytes, ring = 8 << 20, 8192
+	d := newDriver()
+	r := newRunner(t, d, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error { return nil }),
+		runner.Order(runner.Unordered), runner.WaterMarks(200, 100), runner.Window(2*ring),
+		runner.ByteWaterMarks(1<<20, 1<<19), runner.MaxBufferedBytes(maxBytes))
+	_, _, pauseAt := runner.MemoryForTest(r)
+	parts := int(pauseAt / (ring * watermark.SlotSize)) // their rings alone reach the limit
+	tps := make([]runner.TP, parts)
+	for i := range tps {
+		tps[i] = tp(int32(i))
+	}
+	runner.AssignForTest(r, tps)
+	stuck := func(rec runner.Record) bool { return rec.Offset == 0 }
+	next := make([]int64, parts)
+	for i := range tps {
+		for next[i] < ring && !d.isPaused(tps[i]) {
+			n := min(int64(runner.BudgetForTest(r)), ring-next[i])
+			runner.DeliverForTest(r, batch(records(int32(i), next[i], int(n), 1<<30)))
+			next[i] += n
+			for runner.CompleteForTest(r, 1000, stuck) > 0 {
+			}
+		}
+	}
+	if !d.isPaused(tps[0]) {
+		t.Fatalf("the rings never reached the global limit: the test does not test it")
+	}
+	// Every record finishes: the charge falls to the rings alone, which
+	// keep the runner paused until the tick shrinks them.
+	for runner.CompleteForTest(r, 1000, func(runner.Record) bool { return false }) > 0 {
+	}
+	if claimed, _, _ := runner.MemoryForTest(r); claimed <= pauseAt/2 || !d.isPaused(tps[0]) {
+		t.Fatalf("with every record finished the claim is %d (paused %v), want above %d and paused: the test does not test the rings",
+			claimed, d.isPaused(tps[0]), pauseAt/2)
+	}
+	runner.TickForTest(r) // the peak was since the last tick: the rings stay
+	runner.TickForTest(r) // nothing outstanding since: the least rings
+	claimed, _, _ := runner.MemoryForTest(r)
+	for _, p := range tps {
+		if d.isPaused(p) {
+			t.Fatalf("%s still paused after two ticks shrank the rings (claim %d, resume at %d)", p, claimed, pauseAt/2)
+		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/pkg/rebalance"
-	"github.com/tidemark/tidemark/pkg/watermark"
 )
 
 // Runner consumes records from a Source and runs the registered handlers on
@@ -50,7 +49,8 @@ type Runner struct {
 	ready        queue
 	inflight     int   // tasks queued for or running on workers
 	totalBytes   int64 // what buffered and in-flight records are charged (memory.go)
-	slotBytes    int64 // what owned partitions' tracker slots are charged
+	ringBytes    int64 // what owned partitions' tracker rings are charged (setRing)
+	ringReal     int64 // what owned partitions' tracker rings take (claimed)
 	heldBytes    int64 // what lanes held by fenced records are charged
 	totalCount   int
 	pauseAt      int64 // the charge at which every partition pauses (globalLimits)
@@ -59,7 +59,7 @@ type Runner struct {
 	flowDirty    []*partState
 	pauseBuf     []TP
 	resumeBuf    []TP
-	overhead     int64        // RecordOverhead(cfg.ordering) less the tracker slot, charged separately
+	overhead     int64        // RecordOverhead(cfg.ordering)
 	free         []*task      // see freeTask
 	freeLanes    []*lane      // see freeLane
 	freeBytes    int64        // what the free lists hold
@@ -109,7 +109,7 @@ func New(src Source, opts ...Option) (*Runner, error) {
 	}
 	r.workq.cond.L = &r.workq.mu
 	r.pauseAt, _ = cfg.globalLimits()
-	r.overhead = RecordOverhead(cfg.ordering) - watermark.SlotBytes
+	r.overhead = RecordOverhead(cfg.ordering)
 	if cfg.policy.kind == policyDeadLetter {
 		r.dlw = cfg.policy.writer
 		if r.dlw == nil {
@@ -534,7 +534,7 @@ func (r *Runner) deliver(b *Batch) {
 		}
 		r.enqueue(ps, t)
 	}
-	r.setSlots(ps)
+	r.setRing(ps)
 	if b.HighWatermark > ps.hwm {
 		ps.hwm = b.HighWatermark
 	}
@@ -633,7 +633,6 @@ func (r *Runner) onDone(t *task) {
 	if t.res != resCancelled && t.res != resFenced {
 		switch ps.p.Complete(t.epoch, t.rec.Offset) {
 		case rebalance.Advanced:
-			r.setSlots(ps)
 			r.applyPosition(ps)
 		case rebalance.OldAssignment, rebalance.NotOwner:
 			r.tel.stale.Add(context.Background(), 1)
@@ -871,6 +870,7 @@ func (r *Runner) send(c *commitReq) {
 func (r *Runner) tick() {
 	r.publishStats()
 	r.trimFree()
+	r.trimRings()
 	if r.committing != nil || r.stopping {
 		return
 	}

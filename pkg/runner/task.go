@@ -127,7 +127,8 @@ type partState struct {
 
 	count        int   // buffered + in flight
 	bytes        int64 // what buffered and in-flight records are charged
-	slotBytes    int64 // what its tracker slots are charged
+	ringBytes    int64 // what its tracker ring is charged (setRing)
+	ringReal     int64 // what its tracker ring takes
 	inflight     int
 	paused       bool // paused by this partition's water marks or its window
 	windowWarned bool // paused with its window full, and logged
