@@ -14,8 +14,9 @@ import (
 //   - its payload: the one allocation holding its key, value and header
 //     bytes (copied by copyRecord, so that it pins no buffer of the
 //     source's), as the allocator sized it, and its header slice;
-//   - RecordOverhead(o): its task, and in KeyOrder its share of the key
-//     lanes.
+//   - RecordOverhead(o): its task, and in KeyOrder a key lane (a busy
+//     lane holds at least one record; a lane held by a fenced record is
+//     charged apart, and idle lanes live in the free room, see pushIdle).
 //
 // Each partition is charged its tracker ring's bytes beyond the least ring
 // (setRing), exactly: the ring grows in a hand-over and shrinks only on the
@@ -34,11 +35,12 @@ const (
 	// laneEntryBytes bounds what one key lane takes in its partition's
 	// map: a map[uint64]*lane entry takes at most 41 bytes (measured with
 	// Go 1.26's maps, just after the table grew), and the map is rebuilt
-	// once sweeps left it less than half full, so at most twice that.
+	// once evictions left it less than half full (shrinkLanes), so at most
+	// twice that.
 	laneEntryBytes = 82
-	// laneSlack is how many idle key lanes a partition keeps whatever its
-	// count: a small cache for keys that come back.
-	laneSlack = 8
+	// laneMapMin is the most lanes a map may have had and still not be
+	// rebuilt when it empties: PartitionOverhead covers such a map.
+	laneMapMin = 8
 )
 
 // laneCharge is what one key lane costs: the lane and its map entry.
@@ -52,22 +54,22 @@ func allocSize(n int) int64 { return int64(cap(slices.Grow([]byte(nil), n))) }
 // runs, on top of its payload (the allocation holding its key, value and
 // header bytes, and its header slice), against the byte water marks and
 // MaxBufferedBytes, for ordering mode o: the record's task, and in KeyOrder
-// two key lanes' worth (a partition keeps at most two lanes per record it
-// holds, plus a constant few). The partition's tracker ring is charged
-// apart, at its size. With Go 1.26 on amd64 it is 516 bytes in KeyOrder and
-// 256 in the other modes.
+// one key lane (a busy lane holds at least one record; idle lanes are
+// cached only in the room the records leave under the global limit). The
+// partition's tracker ring is charged apart, at its size. With Go 1.26 on
+// amd64 it is 402 bytes in KeyOrder and 256 in the other modes.
 func RecordOverhead(o Ordering) int64 {
 	n := taskAlloc
 	if o == KeyOrder {
-		n += 2 * laneCharge
+		n += laneCharge
 	}
 	return n
 }
 
 // PartitionOverhead bounds, in bytes, what the runner keeps for each
 // partition it owns whatever its records: the partition's state, its
-// tracker's least ring, its lane map and the few idle lanes it caches, its
-// context and its entries in the runner's tables and stats. It is not
+// tracker's least ring, its lane map (emptied, once its lanes went idle
+// and were given back), its context and its entries in the runner's tables and stats. It is not
 // charged against MaxBufferedBytes: budget it per assigned partition
 // (TestPartitionOverhead measures it).
 const PartitionOverhead = 3 << 10
@@ -132,15 +134,17 @@ func cut(buf, b []byte) ([]byte, []byte) {
 	return buf[k:len(buf):len(buf)], buf
 }
 
-// The free lists keep tasks and lanes for reuse, so that a record costs no
-// allocation for them in steady state. They are bounded two ways. They only
-// use the room the records leave under the global limit: a task or lane is
-// kept only while the records' charge plus what the free lists hold stays
-// within pauseAt, and after a hand-over that pushed the two above it the
-// free lists give back the excess (fitFree), so that together they stay
-// within the runner's share as the records alone do. And every tick
-// (trimFree) they give back what no one took from them since the last
-// tick, so an idle runner keeps none after a peak.
+// The free lists keep tasks and lanes for reuse, and the idle list keeps
+// KeyOrder's idle lanes in their partitions' maps, so that in steady state
+// a record costs no allocation for them and a key that comes back finds
+// its lane. They are bounded two ways. They only use the room the records
+// leave under the global limit: a task or lane is kept only while the
+// runner's claim plus what they hold (freeBytes) stays within pauseAt, and
+// after a hand-over that pushed the two above it they give back the excess
+// (fitFree), so that together they stay within the runner's share as the
+// records alone do. And every tick (trimMemory) they give back what no one
+// took from them since the last tick, so an idle runner keeps none after a
+// peak.
 
 // newTask returns a task from the free list, or a new one.
 func (r *Runner) newTask() *task {
@@ -166,17 +170,17 @@ func (r *Runner) freeTask(t *task) {
 	}
 }
 
-func (r *Runner) newLane(key uint64) *lane {
+func (r *Runner) newLane(ps *partState, key uint64) *lane {
 	n := len(r.freeLanes)
 	if n == 0 {
-		return &lane{key: key}
+		return &lane{key: key, ps: ps}
 	}
 	l := r.freeLanes[n-1]
 	r.freeLanes[n-1] = nil
 	r.freeLanes = r.freeLanes[:n-1]
 	r.freeLanesLow = min(r.freeLanesLow, n-1)
 	r.freeBytes -= laneAlloc
-	l.key = key
+	l.key, l.ps = key, ps
 	return l
 }
 
@@ -189,9 +193,10 @@ func (r *Runner) freeLane(l *lane) {
 	}
 }
 
-// fitFree gives back free tasks, then free lanes, until the records' charge
-// plus the free lists are within pauseAt again (or the lists are empty).
-// Each one given back was kept before: amortized O(1).
+// fitFree gives back free tasks, then free lanes, then the oldest idle
+// lanes, until the runner's claim plus freeBytes are within pauseAt again
+// (or nothing is left to give back). Each one given back was kept before:
+// amortized O(1).
 func (r *Runner) fitFree() {
 	for over := r.claimed() + r.freeBytes - r.pauseAt; over > 0 && len(r.free) > 0; over -= taskAlloc {
 		r.free = trim(r.free, 1)
@@ -201,17 +206,28 @@ func (r *Runner) fitFree() {
 		r.freeLanes = trim(r.freeLanes, 1)
 		r.freeBytes -= laneAlloc
 	}
+	for r.idleN > 0 && r.claimed()+r.freeBytes > r.pauseAt {
+		r.evictIdle(false)
+	}
 	r.freeLow, r.freeLanesLow = min(r.freeLow, len(r.free)), min(r.freeLanesLow, len(r.freeLanes))
+}
+
+// trimMemory is the tick's memory trimming: the free lists, the idle lanes
+// and the tracker rings give back what was not used since the last tick.
+func (r *Runner) trimMemory() {
+	r.trimFree()
+	r.trimIdle()
+	r.trimRings()
 }
 
 // trimFree gives back the tasks and lanes that stayed in the free lists
 // since the last call (their least length meanwhile), and the lists'
-// arrays once they are mostly empty. It runs every tick.
+// arrays once they are mostly empty.
 func (r *Runner) trimFree() {
 	r.free = trim(r.free, r.freeLow)
 	r.freeLanes = trim(r.freeLanes, r.freeLanesLow)
 	r.freeLow, r.freeLanesLow = len(r.free), len(r.freeLanes)
-	r.freeBytes = int64(len(r.free))*taskAlloc + int64(len(r.freeLanes))*laneAlloc
+	r.freeBytes = int64(len(r.free))*taskAlloc + int64(len(r.freeLanes))*laneAlloc + int64(r.idleN)*laneCharge
 }
 
 // trim drops the last k elements of s, and s's array once it is mostly
@@ -226,30 +242,100 @@ func trim[T any](s []*T, k int) []*T {
 	return s
 }
 
-// trimLanes drops a partition's idle key lanes once it has more than two
-// per record it holds (plus its held lanes and laneSlack): a busy lane
-// holds at least one record, so after a sweep at most one lane per record
-// is left, and the next sweep comes only after as many new lanes again
-// (amortized O(1) per lane). When sweeps have left the map less than half
-// as full as it once was, it is rebuilt: a Go map never gives back its
-// table.
-func (r *Runner) trimLanes(ps *partState) {
-	if len(ps.lanes) <= 2*ps.count+ps.held+laneSlack {
+// KeyOrder's idle lanes. A lane whose last record finished stays in its
+// partition's map, so that its key finds it when it comes back (no lane
+// allocated, no map entry written), and joins the runner's idle list,
+// newest first. The list keeps at most as many lanes as records were
+// buffered and in flight at once over the last two tick intervals
+// (idleCap: the working set, so a stream of keys that never come back
+// costs no more than its records did), in the room under the global limit
+// (charged in freeBytes at laneCharge: the lane and its map entry). Beyond
+// either, the oldest idle lane leaves its map for the free list (fitIdle),
+// where the next new key takes it. So a steady workload allocates no lane,
+// whether its keys come back or not, and after two idle ticks no idle lane
+// is left.
+
+// pushIdle puts l, a KeyOrder lane that just went idle, at the newest end
+// of the idle list. The caller calls fitIdle.
+func (r *Runner) pushIdle(l *lane) {
+	l.newer, l.older = nil, r.idleNewest
+	if r.idleNewest != nil {
+		r.idleNewest.newer = l
+	} else {
+		r.idleOldest = l
+	}
+	r.idleNewest = l
+	r.idleN++
+	r.freeBytes += laneCharge
+}
+
+// unlinkIdle takes l out of the idle list; it stays in its map.
+func (r *Runner) unlinkIdle(l *lane) {
+	if l.newer != nil {
+		l.newer.older = l.older
+	} else {
+		r.idleNewest = l.older
+	}
+	if l.older != nil {
+		l.older.newer = l.newer
+	} else {
+		r.idleOldest = l.newer
+	}
+	l.newer, l.older = nil, nil
+	r.idleN--
+	r.freeBytes -= laneCharge
+}
+
+// evictIdle takes the oldest idle lane out of the idle list and its map,
+// and keeps it in the free list if keep (and the room allows).
+func (r *Runner) evictIdle(keep bool) {
+	l := r.idleOldest
+	r.unlinkIdle(l)
+	ps := l.ps
+	delete(ps.lanes, l.key)
+	r.shrinkLanes(ps)
+	if keep {
+		r.freeLane(l)
+	}
+}
+
+// idleCap is the most idle lanes the list keeps: the most records buffered
+// and in flight at once since the tick before the last.
+func (r *Runner) idleCap() int { return max(r.countPeak, r.countPrev) }
+
+// fitIdle evicts the oldest idle lanes, to the free list, while the list is
+// above idleCap or the runner's claim and freeBytes are above pauseAt. Each
+// eviction undoes one pushIdle: amortized O(1).
+func (r *Runner) fitIdle() {
+	for r.idleN > 0 && (r.idleN > r.idleCap() || r.claimed()+r.freeBytes > r.pauseAt) {
+		r.evictIdle(true)
+	}
+}
+
+// trimIdle runs every tick: the cap moves on by one interval, and the idle
+// lanes above it are given back (not kept in the free list: they stayed
+// idle while the records were fewer).
+func (r *Runner) trimIdle() {
+	r.countPrev, r.countPeak = r.countPeak, r.totalCount
+	for r.idleN > r.idleCap() {
+		r.evictIdle(false)
+	}
+}
+
+// shrinkLanes rebuilds ps's lane map once evictions left it less than half
+// as full as it once was: a Go map never gives back its table. A rebuild of
+// n lanes comes after at least n evictions since the last one: amortized
+// O(1).
+func (r *Runner) shrinkLanes(ps *partState) {
+	n := len(ps.lanes)
+	if ps.lanePeak <= 2*n || ps.lanePeak <= laneMapMin {
 		return
 	}
+	m := make(map[uint64]*lane, n)
 	for k, l := range ps.lanes {
-		if !l.busy {
-			delete(ps.lanes, k)
-			r.freeLane(l)
-		}
+		m[k] = l
 	}
-	if n := len(ps.lanes); ps.lanePeak > 2*n && ps.lanePeak > laneSlack {
-		m := make(map[uint64]*lane, n)
-		for k, l := range ps.lanes {
-			m[k] = l
-		}
-		ps.lanes, ps.lanePeak = m, n
-	}
+	ps.lanes, ps.lanePeak = m, n
 }
 
 // setRing charges ps's tracker ring at its size beyond the least ring
@@ -288,12 +374,21 @@ func (r *Runner) trimRings() {
 	}
 }
 
-// release ends what a closed partition charges: its tracker ring and held
-// lanes. Its tracker keeps no ring (the partition's next assignment starts
-// afresh anyway); in-flight records are charged until they return.
+// release ends what a closed partition charges: its tracker ring, its held
+// lanes and its idle ones, which leave the idle list for the free list.
+// Its tracker keeps no ring (the partition's next assignment starts afresh
+// anyway); in-flight records are charged until they return. It is
+// O(lanes), as the drain before it.
 func (r *Runner) release(ps *partState) {
 	r.heldBytes -= int64(ps.held) * laneCharge
 	ps.held = 0
+	for _, l := range ps.lanes {
+		if !l.busy {
+			r.unlinkIdle(l)
+			r.freeLane(l)
+		}
+	}
+	ps.lanes = nil
 	ps.p.Tracker().Reset(ps.p.Safe())
 	r.setRing(ps)
 }

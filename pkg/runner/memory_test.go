@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 	"testing/synctest"
@@ -231,8 +232,8 @@ func TestPartitionOverhead(t *testing.T) {
 		if err := sink.Assigned(context.Background(), as); err != nil {
 			t.Fatal(err)
 		}
-		// A few records each: the tracker's least ring, and the idle key
-		// lanes a partition keeps.
+		// A few records each: the tracker's least ring; the records' idle
+		// key lanes are given back within two ticks.
 		for i := range as {
 			if _, err := sink.Fetched(context.Background(), []runner.Batch{batch(records(int32(i), 0, 8, 8))}); err != nil {
 				t.Fatal(err)
@@ -289,6 +290,9 @@ func TestFreeListsLiveUnderTheLimit(t *testing.T) {
 		if charged+free > max(pauseAt, charged) || (charged > pauseAt && free > 0) {
 			t.Fatalf("%s: records charged %d and free lists %d, with the global limit %d", when, charged, free, pauseAt)
 		}
+		if err := runner.CheckLanesForTest(r); err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
 	}
 	// Fill to the global limit, empty, refill with other keys, many times.
 	for round := range 6 {
@@ -321,10 +325,19 @@ func TestFreeListsLiveUnderTheLimit(t *testing.T) {
 			t.Fatal("the free lists kept nothing: the test does not test them")
 		}
 	}
+	if idle, _ := runner.IdleLanesForTest(r); idle == 0 {
+		t.Fatal("no idle lane cached: the test does not test the cache")
+	}
 	runner.TickForTest(r)
 	runner.TickForTest(r) // nothing taken since the last tick: all given back
 	if _, free, _ := runner.MemoryForTest(r); free != 0 {
 		t.Fatalf("the free lists hold %d bytes after two idle ticks, want 0", free)
+	}
+	if idle, lanes := runner.IdleLanesForTest(r); idle != 0 || lanes != 0 {
+		t.Fatalf("%d idle lanes cached, %d lanes in the maps, after two idle ticks: want none", idle, lanes)
+	}
+	if err := runner.CheckLanesForTest(r); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -440,5 +453,148 @@ func TestShrunkRingsResume(t *testing.T) {
 		if d.isPaused(p) {
 			t.Fatalf("%s still paused after two ticks shrank the rings (claim %d, resume at %d)", p, claimed, pauseAt/2)
 		}
+	}
+}
+
+// TestSteadyKeysAllocateNoLanes: in KeyOrder, a steady workload allocates
+// nothing per record beyond its copy, whether its keys come back (a key
+// finds its lane idle in the cache, even after the partition emptied in
+// between) or never do (a new key takes the lane the oldest idle key
+// gave back); and the cache keeps no more idle lanes than records were
+// held at once. (Idle lanes were dropped once a partition had more than
+// two per record it held: every time a partition emptied, its lanes went
+// and its map was rebuilt, and the next records built them again.)
+func TestSteadyKeysAllocateNoLanes(t *testing.T) {
+	const n, cycles = 500, 30
+	for _, tc := range []struct {
+		name string
+		keys int // distinct keys, 0 for a new key every record
+	}{{"keys come back", n}, {"keys never come back", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDriver()
+			r := newRunner(t, d, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error { return nil }),
+				runner.Order(runner.KeyOrder), runner.WaterMarks(2*n, n))
+			runner.AssignForTest(r, []runner.TP{tp(0)})
+			keys := make([][]byte, n*cycles) // made before: the test allocates nothing per cycle
+			for i := range keys {
+				keys[i] = []byte(fmt.Sprintf("k%d", i))
+			}
+			recs := make([]runner.Record, n)
+			var off int64
+			cycle := func() {
+				for i := range recs {
+					k := keys[off%int64(len(keys))]
+					if tc.keys > 0 {
+						k = keys[off%int64(tc.keys)]
+					}
+					recs[i] = runner.Record{Topic: topic, Offset: off, Key: k} // one allocation to copy: its key
+					off++
+				}
+				runner.DeliverForTest(r, batch(recs))
+				if done := runner.CompleteForTest(r, 2*n, func(runner.Record) bool { return false }); done != n {
+					t.Fatalf("completed %d of %d", done, n)
+				}
+			}
+			cycle()
+			cycle()
+			if a := testing.AllocsPerRun(cycles-4, cycle); a > n {
+				t.Fatalf("a hand-over of %d records, all finished, allocates %v times, want %d (the records' copies)", n, a, n)
+			}
+			if err := runner.CheckLanesForTest(r); err != nil {
+				t.Fatal(err)
+			}
+			if idle, lanes := runner.IdleLanesForTest(r); idle != lanes || idle > n {
+				t.Fatalf("%d idle lanes cached, %d lanes in all, after hand-overs of %d records: want all idle, at most %d", idle, lanes, n, n)
+			}
+		})
+	}
+}
+
+// TestDroppedRecordsFreeTheirLanes: when a revoke drops the records that
+// had not started, their key lanes go idle (into the cache, charged in the
+// free room) rather than staying busy with no record charged for them.
+// (They stayed busy, and uncharged, until the drain ended.)
+func TestDroppedRecordsFreeTheirLanes(t *testing.T) {
+	d := newDriver()
+	r := newRunner(t, d, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error { return nil }),
+		runner.Order(runner.KeyOrder))
+	runner.AssignForTest(r, []runner.TP{tp(0), tp(1)})
+	for p := range int32(2) {
+		runner.DeliverForTest(r, batch(records(p, 0, 100, 1<<30)))
+	}
+	if n := runner.CompleteForTest(r, 150, func(rec runner.Record) bool { return rec.Partition == 0 }); n != 50 { // 50 of tp(1)'s lanes idle
+		t.Fatalf("completed %d records, want 50", n)
+	}
+	if err := runner.CheckLanesForTest(r); err != nil {
+		t.Fatalf("before the revoke: %v", err)
+	}
+	runner.StopDispatchForTest(r, tp(0))
+	if err := runner.CheckLanesForTest(r); err != nil {
+		t.Fatalf("after the revoke dropped tp(0)'s records: %v", err)
+	}
+	if idle, _ := runner.IdleLanesForTest(r); idle != 150 {
+		t.Fatalf("%d idle lanes, want 150 (tp(0)'s 100 and 50 of tp(1))", idle)
+	}
+}
+
+// TestLaneCacheRandom drives KeyOrder's lanes with random hand-overs over
+// a few keys (so lanes queue records), completions, revokes and ticks,
+// under a global limit that the records reach, and checks the lane
+// accounting and that the free room holds after every step.
+func TestLaneCacheRandom(t *testing.T) {
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 13))
+		d := newDriver()
+		r := newRunner(t, d, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error { return nil }),
+			runner.Order(runner.KeyOrder), runner.WaterMarks(400, 200), runner.ByteWaterMarks(1<<20, 1<<19),
+			runner.MaxBufferedBytes(2<<20))
+		tps := []runner.TP{tp(0), tp(1), tp(2), tp(3)}
+		runner.AssignForTest(r, tps)
+		next := make([]int64, len(tps))
+		revoked := make([]bool, len(tps))
+		nrevoked, reached := 0, false
+		for step := range 600 {
+			var what string
+			switch op := rng.IntN(10); {
+			case op < 5:
+				i := rng.IntN(len(tps))
+				if d.isPaused(tps[i]) || revoked[i] {
+					continue
+				}
+				n := 1 + rng.IntN(min(runner.BudgetForTest(r), 100))
+				recs := records(int32(i), next[i], n, 1+rng.IntN(300))
+				for j := range recs {
+					recs[j].Value = make([]byte, rng.IntN(4000))
+				}
+				runner.DeliverForTest(r, batch(recs))
+				next[i] += int64(n)
+				what = fmt.Sprintf("deliver %d to %s", n, tps[i])
+			case op < 8:
+				n := runner.CompleteForTest(r, rng.IntN(200), func(rec runner.Record) bool { return rng.IntN(4) == 0 })
+				what = fmt.Sprintf("complete %d", n)
+			case op < 9:
+				if i := rng.IntN(len(tps)); !revoked[i] && nrevoked < 2 && rng.IntN(4) == 0 {
+					runner.StopDispatchForTest(r, tps[i])
+					revoked[i] = true
+					nrevoked++
+					what = "revoke " + tps[i].String()
+				}
+			default:
+				runner.TickForTest(r)
+				what = "tick"
+			}
+			if err := runner.CheckLanesForTest(r); err != nil {
+				t.Fatalf("seed %d, step %d (%s): %v", seed, step, what, err)
+			}
+			claimed, free, pauseAt := runner.MemoryForTest(r)
+			if claimed+free > max(pauseAt, claimed) || (claimed > pauseAt && free > 0) {
+				t.Fatalf("seed %d, step %d (%s): claim %d and free room %d, with the global limit %d", seed, step, what, claimed, free, pauseAt)
+			}
+			reached = reached || claimed >= pauseAt
+		}
+		if !reached {
+			t.Fatalf("seed %d: the claim never reached the global limit: the test does not test it", seed)
+		}
+		r.Close()
 	}
 }
