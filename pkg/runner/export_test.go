@@ -1,6 +1,9 @@
 package runner
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Hooks for tests that measure the poll goroutine's per-event costs. They
 // call loop methods directly, so they must not be used on a Runner whose
@@ -82,11 +85,73 @@ func CompleteForTest(r *Runner, n int, stuck func(Record) bool) int {
 	return done
 }
 
-// MemoryForTest returns the records' charge, what the free lists hold and
-// the global limit.
-func MemoryForTest(r *Runner) (charged, free, pauseAt int64) {
-	return r.charged(), r.freeBytes, r.pauseAt
+// MemoryForTest returns the runner's claim (its charge, and the reserve
+// for the tracker rings' growth), what the free lists hold and the global
+// limit.
+func MemoryForTest(r *Runner) (claimed, free, pauseAt int64) {
+	return r.claimed(), r.freeBytes, r.pauseAt
 }
 
-// TickForTest runs the periodic tick's memory trimming.
-func TickForTest(r *Runner) { r.trimFree() }
+// TickForTest runs the periodic tick's memory trimming, and tells the
+// source what it paused or resumed, as the loop does after every event.
+func TickForTest(r *Runner) {
+	r.trimMemory()
+	r.flushFlow()
+}
+
+// IdleLanesForTest returns how many idle key lanes the runner caches, and
+// how many lanes the partitions' maps hold in all.
+func IdleLanesForTest(r *Runner) (idle, lanes int) {
+	for _, ps := range r.parts {
+		lanes += len(ps.lanes)
+	}
+	return r.idleN, lanes
+}
+
+// StopDispatchForTest starts tp's drain as a revoke does: what has not
+// started is dropped.
+func StopDispatchForTest(r *Runner, tp TP) {
+	r.stopDispatch(r.parts[tp])
+	r.flushFlow()
+}
+
+// CheckLanesForTest checks KeyOrder's lane accounting: every lane in a
+// partition's map is busy or in the idle list (and only those are in it),
+// a partition has no more busy lanes that no fenced record holds than
+// records (each is charged one lane), and freeBytes is what the free lists
+// and the idle list hold.
+func CheckLanesForTest(r *Runner) error {
+	listed := map[*lane]bool{}
+	for l := r.idleNewest; l != nil; l = l.older {
+		listed[l] = true
+	}
+	if len(listed) != r.idleN {
+		return fmt.Errorf("the idle list holds %d lanes, idleN is %d", len(listed), r.idleN)
+	}
+	for _, ps := range r.parts {
+		busy := 0
+		for k, l := range ps.lanes {
+			switch {
+			case l.key != k || l.ps != ps:
+				return fmt.Errorf("%s: lane of key %x under key %x, of partition %p", ps.tp, l.key, k, l.ps)
+			case l.busy && listed[l]:
+				return fmt.Errorf("%s: a busy lane is in the idle list", ps.tp)
+			case !l.busy && !listed[l]:
+				return fmt.Errorf("%s: an idle lane is not in the idle list", ps.tp)
+			case l.busy && !l.held:
+				busy++
+			}
+			delete(listed, l)
+		}
+		if busy > ps.count {
+			return fmt.Errorf("%s: %d busy lanes for %d records", ps.tp, busy, ps.count)
+		}
+	}
+	if len(listed) > 0 {
+		return fmt.Errorf("%d idle lanes of no owned partition", len(listed))
+	}
+	if want := int64(len(r.free))*taskAlloc + int64(len(r.freeLanes))*laneAlloc + int64(r.idleN)*laneCharge; r.freeBytes != want {
+		return fmt.Errorf("freeBytes %d, the free lists and idle lanes hold %d", r.freeBytes, want)
+	}
+	return nil
+}

@@ -110,11 +110,12 @@ func (r *Runner) checkFlow(ps *partState) {
 }
 
 // checkGlobal applies the global limit: every partition pauses while the
-// runner's charge is at pauseAt and resumes once it fell to half. It runs
+// runner's claim (its charge and what the next hand-over can grow the
+// tracker rings by) is at pauseAt and resumes once it fell to half. It runs
 // whenever the charge falls, including when a lost or revoked partition's
 // records leave it.
 func (r *Runner) checkGlobal() {
-	switch c := r.charged(); {
+	switch c := r.claimed(); {
 	case !r.globalPaused && c >= r.pauseAt:
 		r.globalPaused = true
 		for _, p := range r.parts {

@@ -14,13 +14,14 @@ import (
 //   - its payload: the one allocation holding its key, value and header
 //     bytes (copied by copyRecord, so that it pins no buffer of the
 //     source's), as the allocator sized it, and its header slice;
-//   - RecordOverhead(o): its task, its tracker slot, and in KeyOrder its
-//     share of the key lanes.
+//   - RecordOverhead(o): its task, and in KeyOrder a key lane (a busy
+//     lane holds at least one record; a lane held by a fenced record is
+//     charged apart, and idle lanes live in the free room, see pushIdle).
 //
-// The tracker slot stays charged after the record finished, as long as
-// the record is behind the safe offset's unfinished head (the uncommitted
-// window bounds how many). What a partition costs whatever its records is
-// PartitionOverhead; it is not charged.
+// Each partition is charged its tracker ring's bytes beyond the least ring
+// (setRing), exactly: the ring grows in a hand-over and shrinks only on the
+// tick (trimRings), so the charge changes then. What a partition costs
+// whatever its records is PartitionOverhead; it is not charged.
 
 var (
 	// taskAlloc and laneAlloc are what the allocator takes for a task and
@@ -34,11 +35,12 @@ const (
 	// laneEntryBytes bounds what one key lane takes in its partition's
 	// map: a map[uint64]*lane entry takes at most 41 bytes (measured with
 	// Go 1.26's maps, just after the table grew), and the map is rebuilt
-	// once sweeps left it less than half full, so at most twice that.
+	// once evictions left it less than half full (shrinkLanes), so at most
+	// twice that.
 	laneEntryBytes = 82
-	// laneSlack is how many idle key lanes a partition keeps whatever its
-	// count: a small cache for keys that come back.
-	laneSlack = 8
+	// laneMapMin is the most lanes a map may have had and still not be
+	// rebuilt when it empties: PartitionOverhead covers such a map.
+	laneMapMin = 8
 )
 
 // laneCharge is what one key lane costs: the lane and its map entry.
@@ -51,23 +53,23 @@ func allocSize(n int) int64 { return int64(cap(slices.Grow([]byte(nil), n))) }
 // RecordOverhead is what the runner charges each record it buffers or
 // runs, on top of its payload (the allocation holding its key, value and
 // header bytes, and its header slice), against the byte water marks and
-// MaxBufferedBytes, for ordering mode o: the record's task, its tracker
-// slot (watermark.SlotBytes, which stays charged until the safe offset
-// passes the record), and in KeyOrder two key lanes' worth (a partition
-// keeps at most two lanes per record it holds, plus a constant few). With
-// Go 1.26 on amd64 it is 576 bytes in KeyOrder and 320 in the other modes.
+// MaxBufferedBytes, for ordering mode o: the record's task, and in KeyOrder
+// one key lane (a busy lane holds at least one record; idle lanes are
+// cached only in the room the records leave under the global limit). The
+// partition's tracker ring is charged apart, at its size. With Go 1.26 on
+// amd64 it is 402 bytes in KeyOrder and 256 in the other modes.
 func RecordOverhead(o Ordering) int64 {
-	n := taskAlloc + watermark.SlotBytes
+	n := taskAlloc
 	if o == KeyOrder {
-		n += 2 * laneCharge
+		n += laneCharge
 	}
 	return n
 }
 
 // PartitionOverhead bounds, in bytes, what the runner keeps for each
 // partition it owns whatever its records: the partition's state, its
-// tracker's least ring, its lane map and the few idle lanes it caches, its
-// context and its entries in the runner's tables and stats. It is not
+// tracker's least ring, its lane map (emptied, once its lanes went idle
+// and were given back), its context and its entries in the runner's tables and stats. It is not
 // charged against MaxBufferedBytes: budget it per assigned partition
 // (TestPartitionOverhead measures it).
 const PartitionOverhead = 3 << 10
@@ -132,15 +134,17 @@ func cut(buf, b []byte) ([]byte, []byte) {
 	return buf[k:len(buf):len(buf)], buf
 }
 
-// The free lists keep tasks and lanes for reuse, so that a record costs no
-// allocation for them in steady state. They are bounded two ways. They only
-// use the room the records leave under the global limit: a task or lane is
-// kept only while the records' charge plus what the free lists hold stays
-// within pauseAt, and after a hand-over that pushed the two above it the
-// free lists give back the excess (fitFree), so that together they stay
-// within the runner's share as the records alone do. And every tick
-// (trimFree) they give back what no one took from them since the last
-// tick, so an idle runner keeps none after a peak.
+// The free lists keep tasks and lanes for reuse, and the idle list keeps
+// KeyOrder's idle lanes in their partitions' maps, so that in steady state
+// a record costs no allocation for them and a key that comes back finds
+// its lane. They are bounded two ways. They only use the room the records
+// leave under the global limit: a task or lane is kept only while the
+// runner's claim plus what they hold (freeBytes) stays within pauseAt, and
+// after a hand-over that pushed the two above it they give back the excess
+// (fitFree), so that together they stay within the runner's share as the
+// records alone do. And every tick (trimMemory) they give back what no one
+// took from them since the last tick, so an idle runner keeps none after a
+// peak.
 
 // newTask returns a task from the free list, or a new one.
 func (r *Runner) newTask() *task {
@@ -160,58 +164,70 @@ func (r *Runner) newTask() *task {
 // limit allows.
 func (r *Runner) freeTask(t *task) {
 	*t = task{}
-	if r.charged()+r.freeBytes+taskAlloc <= r.pauseAt {
+	if r.claimed()+r.freeBytes+taskAlloc <= r.pauseAt {
 		r.free = append(r.free, t)
 		r.freeBytes += taskAlloc
 	}
 }
 
-func (r *Runner) newLane(key uint64) *lane {
+func (r *Runner) newLane(ps *partState, key uint64) *lane {
 	n := len(r.freeLanes)
 	if n == 0 {
-		return &lane{key: key}
+		return &lane{key: key, ps: ps}
 	}
 	l := r.freeLanes[n-1]
 	r.freeLanes[n-1] = nil
 	r.freeLanes = r.freeLanes[:n-1]
 	r.freeLanesLow = min(r.freeLanesLow, n-1)
 	r.freeBytes -= laneAlloc
-	l.key = key
+	l.key, l.ps = key, ps
 	return l
 }
 
 // freeLane is freeTask for lanes.
 func (r *Runner) freeLane(l *lane) {
 	*l = lane{}
-	if r.charged()+r.freeBytes+laneAlloc <= r.pauseAt {
+	if r.claimed()+r.freeBytes+laneAlloc <= r.pauseAt {
 		r.freeLanes = append(r.freeLanes, l)
 		r.freeBytes += laneAlloc
 	}
 }
 
-// fitFree gives back free tasks, then free lanes, until the records' charge
-// plus the free lists are within pauseAt again (or the lists are empty).
-// Each one given back was kept before: amortized O(1).
+// fitFree gives back free tasks, then free lanes, then the oldest idle
+// lanes, until the runner's claim plus freeBytes are within pauseAt again
+// (or nothing is left to give back). Each one given back was kept before:
+// amortized O(1).
 func (r *Runner) fitFree() {
-	for over := r.charged() + r.freeBytes - r.pauseAt; over > 0 && len(r.free) > 0; over -= taskAlloc {
+	for over := r.claimed() + r.freeBytes - r.pauseAt; over > 0 && len(r.free) > 0; over -= taskAlloc {
 		r.free = trim(r.free, 1)
 		r.freeBytes -= taskAlloc
 	}
-	for over := r.charged() + r.freeBytes - r.pauseAt; over > 0 && len(r.freeLanes) > 0; over -= laneAlloc {
+	for over := r.claimed() + r.freeBytes - r.pauseAt; over > 0 && len(r.freeLanes) > 0; over -= laneAlloc {
 		r.freeLanes = trim(r.freeLanes, 1)
 		r.freeBytes -= laneAlloc
+	}
+	for r.idleN > 0 && r.claimed()+r.freeBytes > r.pauseAt {
+		r.evictIdle(false)
 	}
 	r.freeLow, r.freeLanesLow = min(r.freeLow, len(r.free)), min(r.freeLanesLow, len(r.freeLanes))
 }
 
+// trimMemory is the tick's memory trimming: the free lists, the idle lanes
+// and the tracker rings give back what was not used since the last tick.
+func (r *Runner) trimMemory() {
+	r.trimFree()
+	r.trimIdle()
+	r.trimRings()
+}
+
 // trimFree gives back the tasks and lanes that stayed in the free lists
 // since the last call (their least length meanwhile), and the lists'
-// arrays once they are mostly empty. It runs every tick.
+// arrays once they are mostly empty.
 func (r *Runner) trimFree() {
 	r.free = trim(r.free, r.freeLow)
 	r.freeLanes = trim(r.freeLanes, r.freeLanesLow)
 	r.freeLow, r.freeLanesLow = len(r.free), len(r.freeLanes)
-	r.freeBytes = int64(len(r.free))*taskAlloc + int64(len(r.freeLanes))*laneAlloc
+	r.freeBytes = int64(len(r.free))*taskAlloc + int64(len(r.freeLanes))*laneAlloc + int64(r.idleN)*laneCharge
 }
 
 // trim drops the last k elements of s, and s's array once it is mostly
@@ -226,65 +242,180 @@ func trim[T any](s []*T, k int) []*T {
 	return s
 }
 
-// trimLanes drops a partition's idle key lanes once it has more than two
-// per record it holds (plus its held lanes and laneSlack): a busy lane
-// holds at least one record, so after a sweep at most one lane per record
-// is left, and the next sweep comes only after as many new lanes again
-// (amortized O(1) per lane). When sweeps have left the map less than half
-// as full as it once was, it is rebuilt: a Go map never gives back its
-// table.
-func (r *Runner) trimLanes(ps *partState) {
-	if len(ps.lanes) <= 2*ps.count+ps.held+laneSlack {
+// KeyOrder's idle lanes. A lane whose last record finished stays in its
+// partition's map, so that its key finds it when it comes back (no lane
+// allocated, no map entry written), and joins the runner's idle list,
+// newest first. The list keeps at most as many lanes as records were
+// buffered and in flight at once over the last two tick intervals
+// (idleCap: the working set, so a stream of keys that never come back
+// costs no more than its records did), in the room under the global limit
+// (charged in freeBytes at laneCharge: the lane and its map entry). Beyond
+// either, the oldest idle lane leaves its map for the free list (fitIdle),
+// where the next new key takes it. So a steady workload allocates no lane,
+// whether its keys come back or not, and after two idle ticks no idle lane
+// is left.
+
+// pushIdle puts l, a KeyOrder lane that just went idle, at the newest end
+// of the idle list. The caller calls fitIdle.
+func (r *Runner) pushIdle(l *lane) {
+	l.newer, l.older = nil, r.idleNewest
+	if r.idleNewest != nil {
+		r.idleNewest.newer = l
+	} else {
+		r.idleOldest = l
+	}
+	r.idleNewest = l
+	r.idleN++
+	r.freeBytes += laneCharge
+}
+
+// unlinkIdle takes l out of the idle list; it stays in its map.
+func (r *Runner) unlinkIdle(l *lane) {
+	if l.newer != nil {
+		l.newer.older = l.older
+	} else {
+		r.idleNewest = l.older
+	}
+	if l.older != nil {
+		l.older.newer = l.newer
+	} else {
+		r.idleOldest = l.newer
+	}
+	l.newer, l.older = nil, nil
+	r.idleN--
+	r.freeBytes -= laneCharge
+}
+
+// evictIdle takes the oldest idle lane out of the idle list and its map,
+// and keeps it in the free list if keep (and the room allows).
+func (r *Runner) evictIdle(keep bool) {
+	l := r.idleOldest
+	r.unlinkIdle(l)
+	ps := l.ps
+	delete(ps.lanes, l.key)
+	r.shrinkLanes(ps)
+	if keep {
+		r.freeLane(l)
+	}
+}
+
+// idleCap is the most idle lanes the list keeps: the most records buffered
+// and in flight at once since the tick before the last.
+func (r *Runner) idleCap() int { return max(r.countPeak, r.countPrev) }
+
+// fitIdle evicts the oldest idle lanes, to the free list, while the list is
+// above idleCap or the runner's claim and freeBytes are above pauseAt. Each
+// eviction undoes one pushIdle: amortized O(1).
+func (r *Runner) fitIdle() {
+	for r.idleN > 0 && (r.idleN > r.idleCap() || r.claimed()+r.freeBytes > r.pauseAt) {
+		r.evictIdle(true)
+	}
+}
+
+// trimIdle runs every tick: the cap moves on by one interval, and the idle
+// lanes above it are given back (not kept in the free list: they stayed
+// idle while the records were fewer).
+func (r *Runner) trimIdle() {
+	r.countPrev, r.countPeak = r.countPeak, r.totalCount
+	for r.idleN > r.idleCap() {
+		r.evictIdle(false)
+	}
+}
+
+// shrinkLanes rebuilds ps's lane map once evictions left it less than half
+// as full as it once was: a Go map never gives back its table. A rebuild of
+// n lanes comes after at least n evictions since the last one: amortized
+// O(1).
+func (r *Runner) shrinkLanes(ps *partState) {
+	n := len(ps.lanes)
+	if ps.lanePeak <= 2*n || ps.lanePeak <= laneMapMin {
 		return
 	}
+	m := make(map[uint64]*lane, n)
 	for k, l := range ps.lanes {
+		m[k] = l
+	}
+	ps.lanes, ps.lanePeak = m, n
+}
+
+// setRing charges ps's tracker ring at its size beyond the least ring
+// (PartitionOverhead covers that one), and counts its whole size in
+// ringReal. It runs after a hand-over, which can grow the ring, and after
+// the tick trimmed it; nothing else changes the ring's size.
+func (r *Runner) setRing(ps *partState) {
+	size := ps.p.Tracker().RingBytes()
+	if size == ps.ringReal {
+		return
+	}
+	c := max(size-watermark.MinRingBytes, 0)
+	r.ringBytes += c - ps.ringBytes
+	r.ringReal += size - ps.ringReal
+	ps.ringBytes, ps.ringReal = c, size
+}
+
+// trimRings shrinks the tracker rings to what their partitions used since
+// the last tick but one (watermark.Tracker.Trim). It runs every tick, over
+// the owned partitions as publishStats does: O(1) for a partition whose
+// ring keeps its size. So a burst of records does not reallocate the ring
+// (Complete never shrinks it), and an idle partition keeps only the least
+// ring after two ticks. When a ring shrank it re-checks the global limit:
+// the rings may be all that kept the runner paused, and once every record
+// finished nothing else would resume it.
+func (r *Runner) trimRings() {
+	shrunk := false
+	for _, ps := range r.parts {
+		if ps.p.Tracker().Trim() {
+			r.setRing(ps)
+			shrunk = true
+		}
+	}
+	if shrunk {
+		r.checkGlobal()
+	}
+}
+
+// release ends what a closed partition charges: its tracker ring, its held
+// lanes and its idle ones, which leave the idle list for the free list.
+// Its tracker keeps no ring (the partition's next assignment starts afresh
+// anyway); in-flight records are charged until they return. It is
+// O(lanes), as the drain before it.
+func (r *Runner) release(ps *partState) {
+	r.heldBytes -= int64(ps.held) * laneCharge
+	ps.held = 0
+	for _, l := range ps.lanes {
 		if !l.busy {
-			delete(ps.lanes, k)
+			r.unlinkIdle(l)
 			r.freeLane(l)
 		}
 	}
-	if n := len(ps.lanes); ps.lanePeak > 2*n && ps.lanePeak > laneSlack {
-		m := make(map[uint64]*lane, n)
-		for k, l := range ps.lanes {
-			m[k] = l
-		}
-		ps.lanes, ps.lanePeak = m, n
-	}
-}
-
-// setSlots charges ps's tracker slots: one per outstanding record.
-func (r *Runner) setSlots(ps *partState) {
-	n := int64(ps.p.Tracker().Outstanding()) * watermark.SlotBytes
-	r.slotBytes += n - ps.slotBytes
-	ps.slotBytes = n
-}
-
-// release ends what a closed partition charges: its tracker slots and
-// held lanes. Its tracker keeps only a ring of the least size (the
-// partition's next assignment starts afresh anyway); in-flight records
-// are charged until they return.
-func (r *Runner) release(ps *partState) {
-	r.slotBytes -= ps.slotBytes
-	ps.slotBytes = 0
-	r.heldBytes -= int64(ps.held) * laneCharge
-	ps.held = 0
+	ps.lanes = nil
 	ps.p.Tracker().Reset(ps.p.Safe())
+	r.setRing(ps)
 }
 
 // charged is the runner's total charge: what MaxBufferedBytes bounds.
-func (r *Runner) charged() int64 { return r.totalBytes + r.slotBytes + r.heldBytes }
+func (r *Runner) charged() int64 { return r.totalBytes + r.ringBytes + r.heldBytes }
+
+// claimed is what the global limit compares with pauseAt: the charge and
+// ringReal, the most that the next hand-over can grow the tracker rings by
+// beyond two slots per record it brings. A ring grows only when full, by
+// doubling: from L slots holding n <= L records, k more take it to less than
+// 2(n+k) slots, so it grows by less than L + 2k slots.
+func (r *Runner) claimed() int64 { return r.charged() + r.ringReal }
 
 // globalLimits returns where the runner pauses every partition (its
-// charge at pauseAt or above) for MaxBufferedBytes max: its share, max
+// claim at pauseAt or above) for MaxBufferedBytes max: its share, max
 // minus SourceShare, less what one hand-over can add (the check runs after
 // it). A hand-over brings at most SourceShare of key, value and header bytes
 // (the source holds them before handing them over; the allocator rounds a
 // copy up by at most a quarter plus 7 bytes) and at most high-low records
 // (the runner's budget), each charged at most RecordOverhead plus 8 bytes of
-// rounding and one header of slice rounding. The free lists live under
+// rounding and one header of slice rounding, and growing its tracker ring
+// by at most two slots beyond ringReal (claimed). The free lists live under
 // pauseAt too (freeTask). pauseAt is not positive when max leaves no room.
 func (c *config) globalLimits() (pauseAt, handover int64) {
 	share := int64(float64(c.maxBytes) * SourceShare)
-	handover = share + share/4 + int64(c.highRecords-c.lowRecords)*(RecordOverhead(c.ordering)+8+headerSize)
+	perRecord := RecordOverhead(c.ordering) + 8 + headerSize + 2*watermark.SlotSize
+	handover = share + share/4 + int64(c.highRecords-c.lowRecords)*perRecord
 	return c.maxBytes - share - handover, handover
 }

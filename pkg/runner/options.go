@@ -166,12 +166,12 @@ func Window(records int) Option { return func(c *config) { c.window = records } 
 // MaxBufferedBytes caps what the consumer holds for records: its source's
 // share (SourceShare of it, see FetchLimits) and the runner's charge for
 // the records it buffers and runs (key, value and header bytes as allocated
-// plus RecordOverhead each, and the tracker slots of finished records
-// behind unfinished ones). The runner pauses every partition once its
-// charge reaches its own share less what one hand-over from the source can
-// add (so that it stays within its share after it), and resumes them at
-// half of that: docs/runner.md has the formula. New fails if that leaves no room. PartitionOverhead per owned
-// partition comes on top. Default 256 MiB.
+// plus RecordOverhead each, and the partitions' tracker rings beyond their
+// least size). The runner pauses every partition once its charge reaches
+// its own share less what one hand-over from the source can add (so that
+// it stays within its share after it), and resumes them at half of that:
+// docs/runner.md has the formula. New fails if that leaves no room.
+// PartitionOverhead per owned partition comes on top. Default 256 MiB.
 func MaxBufferedBytes(n int64) Option { return func(c *config) { c.maxBytes = n } }
 
 // RecordShape states what the memory bound (MaxBufferedBytes) assumes of

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/pkg/rebalance"
-	"github.com/tidemark/tidemark/pkg/watermark"
 )
 
 // Runner consumes records from a Source and runs the registered handlers on
@@ -50,7 +49,8 @@ type Runner struct {
 	ready        queue
 	inflight     int   // tasks queued for or running on workers
 	totalBytes   int64 // what buffered and in-flight records are charged (memory.go)
-	slotBytes    int64 // what owned partitions' tracker slots are charged
+	ringBytes    int64 // what owned partitions' tracker rings are charged (setRing)
+	ringReal     int64 // what owned partitions' tracker rings take (claimed)
 	heldBytes    int64 // what lanes held by fenced records are charged
 	totalCount   int
 	pauseAt      int64 // the charge at which every partition pauses (globalLimits)
@@ -59,10 +59,10 @@ type Runner struct {
 	flowDirty    []*partState
 	pauseBuf     []TP
 	resumeBuf    []TP
-	overhead     int64        // RecordOverhead(cfg.ordering) less the tracker slot, charged separately
+	overhead     int64        // RecordOverhead(cfg.ordering)
 	free         []*task      // see freeTask
 	freeLanes    []*lane      // see freeLane
-	freeBytes    int64        // what the free lists hold
+	freeBytes    int64        // what the free lists and the idle lanes hold
 	freeLow      int          // the least len(free) since the last trimFree
 	freeLanesLow int          // the least len(freeLanes) since then
 	keySeed      maphash.Seed // hashes KeyOrder's keys into lanes
@@ -75,6 +75,13 @@ type Runner struct {
 	pendingBuf   []rebalance.Commit
 	handlerCtx   context.Context
 	afterCommit  []chan sinkReply // Lost (or replacing Assigned) replies held until the commit in flight is answered
+
+	// KeyOrder's idle lanes, newest first (pushIdle), and the most records
+	// buffered and in flight at once since the last tick, and over the
+	// tick interval before (idleCap).
+	idleNewest, idleOldest *lane
+	idleN                  int
+	countPeak, countPrev   int
 }
 
 // New returns a Runner over src. It validates the options and returns a
@@ -109,7 +116,7 @@ func New(src Source, opts ...Option) (*Runner, error) {
 	}
 	r.workq.cond.L = &r.workq.mu
 	r.pauseAt, _ = cfg.globalLimits()
-	r.overhead = RecordOverhead(cfg.ordering) - watermark.SlotBytes
+	r.overhead = RecordOverhead(cfg.ordering)
 	if cfg.policy.kind == policyDeadLetter {
 		r.dlw = cfg.policy.writer
 		if r.dlw == nil {
@@ -527,6 +534,7 @@ func (r *Runner) deliver(b *Batch) {
 		ps.bytes += t.size
 		r.totalCount++
 		r.totalBytes += t.size
+		r.countPeak = max(r.countPeak, r.totalCount)
 		if h == nil {
 			// No handler for this topic: fail loudly through the policy
 			// rather than skip silently.
@@ -534,7 +542,7 @@ func (r *Runner) deliver(b *Batch) {
 		}
 		r.enqueue(ps, t)
 	}
-	r.setSlots(ps)
+	r.setRing(ps)
 	if b.HighWatermark > ps.hwm {
 		ps.hwm = b.HighWatermark
 	}
@@ -558,10 +566,13 @@ func (r *Runner) enqueue(ps *partState, t *task) {
 		if t.rec.Key != nil {
 			h := maphash.Bytes(r.keySeed, t.rec.Key)
 			l = ps.lanes[h]
-			if l == nil {
-				l = r.newLane(h)
+			switch {
+			case l == nil:
+				l = r.newLane(ps, h)
 				ps.lanes[h] = l
 				ps.lanePeak = max(ps.lanePeak, len(ps.lanes))
+			case !l.busy:
+				r.unlinkIdle(l) // the key came back while its lane was cached
 			}
 		}
 	case PartitionOrder:
@@ -633,7 +644,6 @@ func (r *Runner) onDone(t *task) {
 	if t.res != resCancelled && t.res != resFenced {
 		switch ps.p.Complete(t.epoch, t.rec.Offset) {
 		case rebalance.Advanced:
-			r.setSlots(ps)
 			r.applyPosition(ps)
 		case rebalance.OldAssignment, rebalance.NotOwner:
 			r.tel.stale.Add(context.Background(), 1)
@@ -660,13 +670,14 @@ func (r *Runner) onDone(t *task) {
 		} else if next := l.waiting.pop(); next != nil {
 			r.ready.push(next)
 		} else {
-			// An idle key lane stays in the map, a cache for a key that
-			// comes back, until trimLanes drops it.
 			l.busy = false
+			if r.cfg.ordering == KeyOrder {
+				// An idle key lane stays in the map, a cache for a key
+				// that comes back, as long as the idle lanes fit.
+				r.pushIdle(l)
+				r.fitIdle()
+			}
 		}
-	}
-	if r.cfg.ordering == KeyOrder && !ps.closed {
-		r.trimLanes(ps)
 	}
 	r.freeTask(t)
 	if !ps.closed {
@@ -703,11 +714,20 @@ func (r *Runner) stopDispatch(ps *partState) {
 	for t := ps.oldest; t != nil; {
 		next := t.next
 		if !t.started && !t.dropped {
-			// In the ready queue: mark it; dispatch frees it.
+			// In the ready queue: mark it; dispatch frees it. Its lane
+			// has nothing else (what waited in it was dropped above): it
+			// is idle, like the lane of a record that finished.
 			r.drop(ps, t)
+			if l := t.lane; l != nil && !l.held {
+				l.busy = false
+				if r.cfg.ordering == KeyOrder {
+					r.pushIdle(l)
+				}
+			}
 		}
 		t = next
 	}
+	r.fitIdle()
 	if ps.paused {
 		ps.paused = false
 		r.flowDirty = append(r.flowDirty, ps)
@@ -870,7 +890,7 @@ func (r *Runner) send(c *commitReq) {
 // offsets and a refresh of the stats the probes and gauges read.
 func (r *Runner) tick() {
 	r.publishStats()
-	r.trimFree()
+	r.trimMemory()
 	if r.committing != nil || r.stopping {
 		return
 	}

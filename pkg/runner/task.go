@@ -103,6 +103,12 @@ type lane struct {
 	busy    bool   // a task of the lane is ready or in flight, or the lane is held
 	held    bool   // held by a fenced record until the partition's assignment ends
 	waiting queue
+
+	// A KeyOrder lane that is not busy stays in its partition's map, a
+	// cache for its key, and in the runner's list of idle lanes, newest
+	// first (memory.go).
+	ps           *partState
+	newer, older *lane
 }
 
 // partState is the runner's state for one partition in one assignment. A
@@ -121,13 +127,14 @@ type partState struct {
 	// runner). Two keys whose 64-bit hashes collide share a lane: they run
 	// one after the other, which costs parallelism, never order.
 	lanes    map[uint64]*lane
-	lanePeak int   // the most lanes since the map was made (trimLanes)
+	lanePeak int   // the most lanes since the map was made (shrinkLanes)
 	held     int   // lanes held by fenced records
 	lane     *lane // PartitionOrder
 
 	count        int   // buffered + in flight
 	bytes        int64 // what buffered and in-flight records are charged
-	slotBytes    int64 // what its tracker slots are charged
+	ringBytes    int64 // what its tracker ring is charged (setRing)
+	ringReal     int64 // what its tracker ring takes
 	inflight     int
 	paused       bool // paused by this partition's water marks or its window
 	windowWarned bool // paused with its window full, and logged

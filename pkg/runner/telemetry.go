@@ -92,7 +92,7 @@ func newTelemetry(mp metric.MeterProvider, r *Runner) (*telemetry, error) {
 	}
 	inflight := gauge("tidemark.records.in_flight", "Records whose handler is running.")
 	buffered := gauge("tidemark.records.buffered", "Records fetched and not finished (buffered plus in flight).")
-	charged := gauge("tidemark.records.bytes", "What the runner charges against MaxBufferedBytes: its records' key, value and header bytes as allocated plus RecordOverhead each, and the tracker slots of finished records behind unfinished ones.", metric.WithUnit("By"))
+	charged := gauge("tidemark.records.bytes", "What the runner charges against MaxBufferedBytes: its records' key, value and header bytes as allocated plus RecordOverhead each, and the partitions' tracker rings beyond their least size.", metric.WithUnit("By"))
 	paused := gauge("tidemark.partitions.paused", "Partitions paused by flow control.")
 	windowFull := gauge("tidemark.partitions.window_full", "Partitions paused with their uncommitted window full.")
 	owned := gauge("tidemark.partitions.owned", "Partitions assigned to this member.")
@@ -255,8 +255,8 @@ type Stats struct {
 	Buffered int
 	// Bytes is what the runner charges against MaxBufferedBytes: its
 	// records' key, value and header bytes as allocated plus
-	// RecordOverhead each, and the tracker slots of finished records
-	// behind unfinished ones.
+	// RecordOverhead each, and the partitions' tracker rings beyond their
+	// least size (they hold finished records behind unfinished ones too).
 	Bytes      int64
 	Partitions []PartitionStats
 }

@@ -16,6 +16,9 @@ type model struct {
 	start, safe int64
 	last        int64 // last delivered offset in this assignment, or Unknown
 	recs        []modelRec
+	// The most records outstanding at once since the last trim, and in
+	// the interval before it (since the reset, if fewer trims).
+	peak, prevPeak int
 }
 
 type modelRec struct {
@@ -31,6 +34,7 @@ func newModel(start int64) *model {
 
 func (m *model) reset(start int64) {
 	m.recs, m.last = m.recs[:0], watermark.Unknown
+	m.peak, m.prevPeak = 0, 0
 	m.started, m.start, m.safe = start >= 0, start, start
 	if !m.started {
 		m.start, m.safe = watermark.Unknown, watermark.Unknown
@@ -49,7 +53,23 @@ func (m *model) deliver(off int64) error {
 	}
 	m.recs = append(m.recs, modelRec{off: off})
 	m.last = off
+	m.peak = max(m.peak, len(m.recs))
 	return nil
+}
+
+func (m *model) trim() {
+	m.prevPeak, m.peak = m.peak, len(m.recs)
+}
+
+// ringLimit is the most slots the ring may hold: the least power of two at
+// or above twice the most records outstanding since the last trim but one,
+// at least 16.
+func (m *model) ringLimit() int {
+	n := 16
+	for n < 2*max(m.peak, m.prevPeak) {
+		n *= 2
+	}
+	return n
 }
 
 func (m *model) complete(off int64) watermark.Outcome {
@@ -92,12 +112,15 @@ func (m *model) position(pos int64) bool {
 
 // FuzzTracker drives a Tracker and the model with the same random
 // deliveries (with gaps, repeats and regressions), completions (of delivered,
-// completed, gap and far offsets), positions and resets (new assignments,
-// known or Unknown start) and compares every result and every observable.
+// completed, gap and far offsets), positions, trims and resets (new
+// assignments, known or Unknown start) and compares every result and every
+// observable, and checks the ring's size against its stated bound.
 func FuzzTracker(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 3, 0, 8, 1, 2, 1, 0, 1, 1}) // the seed's sparse trace, roughly
 	f.Add([]byte{3, 200, 0, 1, 0, 1, 0, 0, 1, 0, 2, 5, 1, 0, 2, 9})
 	f.Add([]byte{3, 255, 2, 4, 0, 0, 0, 130, 1, 255, 1, 3})
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+		0, 0, 0, 0, 4, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 4, 4, 1, 0, 1, 0, 4, 4}) // grow, drain, trim twice
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tr := watermark.New(100)
 		m := newModel(100)
@@ -110,7 +133,7 @@ func FuzzTracker(f *testing.F) {
 			return int64(b)
 		}
 		for step := 0; len(data) > 0; step++ {
-			switch next() % 4 {
+			switch next() % 5 {
 			case 0: // deliver: mostly dense, sometimes gaps, sometimes out of order
 				b := next()
 				base := max(m.last, m.safe-1)
@@ -155,6 +178,13 @@ func FuzzTracker(f *testing.F) {
 				}
 				tr.Reset(start)
 				m.reset(start)
+			case 4: // the runner's tick
+				before := watermark.RingLen(tr)
+				shrunk := tr.Trim()
+				m.trim()
+				if after := watermark.RingLen(tr); shrunk != (after < before) {
+					t.Fatalf("step %d: Trim() = %v, the ring went from %d to %d slots", step, shrunk, before, after)
+				}
 			}
 			check(t, step, tr, m)
 		}
@@ -174,8 +204,18 @@ func check(t *testing.T, step int, tr *watermark.Tracker, m *model) {
 			t.Fatalf("step %d: At(%d) = %d, %v; model %d, %v", step, i, off, done, r.off, r.done)
 		}
 	}
-	if ring, limit := watermark.RingLen(tr)*watermark.SlotBytes/4, max(watermark.MinRingBytes, watermark.SlotBytes*tr.Outstanding()); ring > limit {
-		t.Fatalf("step %d: the ring takes %d bytes for %d outstanding records, above %d", step, ring, tr.Outstanding(), limit)
+	// The ring's stated size: none, or a power of two of at least 16
+	// slots that holds the outstanding records, and at most ringLimit.
+	ring := watermark.RingLen(tr)
+	if ring != 0 && (ring < 16 || ring&(ring-1) != 0 || ring < len(m.recs) || ring > m.ringLimit()) {
+		t.Fatalf("step %d: the ring has %d slots for %d outstanding records, peaks %d and %d: want a power of two in [max(16, %d), %d]",
+			step, ring, len(m.recs), m.peak, m.prevPeak, len(m.recs), m.ringLimit())
+	}
+	if ring == 0 && len(m.recs) > 0 {
+		t.Fatalf("step %d: no ring for %d outstanding records", step, len(m.recs))
+	}
+	if b := tr.RingBytes(); b != int64(ring)*watermark.SlotSize {
+		t.Fatalf("step %d: RingBytes %d for %d slots", step, b, ring)
 	}
 	oldest, ok := tr.Oldest()
 	if len(m.recs) > 0 != ok || (ok && oldest != m.recs[0].off) {

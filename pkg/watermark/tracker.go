@@ -3,6 +3,7 @@ package watermark
 import (
 	"errors"
 	"math"
+	"math/bits"
 	"strconv"
 	"unsafe"
 )
@@ -92,19 +93,17 @@ type slot struct {
 // it shrinks to.
 const minRing = 16
 
-// SlotBytes is the most memory a [Tracker]'s ring takes per outstanding
-// record, and MinRingBytes the least it takes once a record was delivered:
-// the ring holds 16-byte slots, doubles when full and shrinks once three
-// quarters of it are free, so its size stays within
-// max(MinRingBytes, SlotBytes × Outstanding()) at every call's return.
+// SlotSize is what one slot of a [Tracker]'s ring takes, in bytes, and
+// MinRingBytes what its least ring takes: [Tracker.RingBytes] is a multiple
+// of SlotSize, and MinRingBytes or more once a record was delivered.
 const (
-	SlotBytes    = 64
+	SlotSize     = 16
 	MinRingBytes = 256
 )
 
 // The two constants are written out so that they stay untyped; these
 // constant indexes fail to compile if the slot's size ever changes.
-var _ = [1]struct{}{}[SlotBytes-4*unsafe.Sizeof(slot{})]
+var _ = [1]struct{}{}[SlotSize-unsafe.Sizeof(slot{})]
 var _ = [1]struct{}{}[MinRingBytes-minRing*unsafe.Sizeof(slot{})]
 
 // Tracker follows one partition in one assignment: the offsets delivered to
@@ -115,13 +114,15 @@ var _ = [1]struct{}{}[MinRingBytes-minRing*unsafe.Sizeof(slot{})]
 // Delivered records sit in a ring buffer in delivery order; the head leaves
 // the ring while it is complete. Each call is amortized O(1) (finding a
 // completion's slot is O(1) when the outstanding offsets have no gaps, see
-// find). The ring doubles when full and, once at most a quarter of it is in
-// use, shrinks to twice what is outstanding, so its memory follows the
-// number of outstanding records, not their peak: at most SlotBytes per
-// record, and MinRingBytes at least (the runner bounds the outstanding
-// records by pausing the partition). A window that stays within one size
-// allocates nothing; a burst that fills and empties the ring reallocates it
-// O(log burst) times. [Tracker.Reset] releases the ring.
+// find). The ring doubles when full and only [Tracker.Trim] shrinks it, so
+// a burst of records that fills and empties the ring does not reallocate
+// it; called periodically (the runner does on every tick), Trim makes the
+// ring's memory follow the outstanding records, not their peak. The ring
+// holds at most max(16, p) slots, p the least power of two at or above
+// twice the most records outstanding at once since the last Trim but one
+// (since New or Reset while there were fewer than two Trims);
+// [Tracker.RingBytes] reports what it takes. A window that stays within one
+// size allocates nothing. [Tracker.Reset] releases the ring.
 //
 // The zero Tracker is ready to use and behaves as New(Unknown). A Tracker is
 // not safe for concurrent use: the runner's poll goroutine owns it.
@@ -131,9 +132,10 @@ type Tracker struct {
 	safe    int64 // the safe offset, if started
 	next    int64 // one past the last delivered offset; 0 when none (so next-1 is Unknown)
 
-	ring []slot // len is 0 or a power of two
+	ring []slot // len is 0 or a power of two, at least minRing
 	head int    // ring index of the oldest outstanding record
 	n    int    // outstanding records: ring[head], ..., ring[head+n-1] (mod len)
+	peak int    // the most records outstanding since the last Trim (or Reset)
 }
 
 // New returns a tracker for an assignment that starts at start, the offset
@@ -150,7 +152,7 @@ func New(start int64) *Tracker {
 // size on its first delivery, and the tracker of an assignment that ended
 // holds nothing.
 func (t *Tracker) Reset(start int64) {
-	t.head, t.n, t.next, t.ring = 0, 0, 0, nil
+	t.head, t.n, t.next, t.ring, t.peak = 0, 0, 0, nil, 0
 	if start < 0 {
 		t.started, t.start, t.safe = false, Unknown, Unknown
 		return
@@ -179,6 +181,7 @@ func (t *Tracker) Deliver(offset int64) error {
 	}
 	t.ring[(t.head+t.n)&(len(t.ring)-1)] = slot{off: offset}
 	t.n++
+	t.peak = max(t.peak, t.n)
 	t.next = offset + 1
 	return nil
 }
@@ -201,18 +204,31 @@ func (t *Tracker) resize(size int) {
 	t.ring, t.head = ring, 0
 }
 
-// shrink halves the ring, as often as needed, while at most a quarter of it
-// is in use. Since the last resize at least a quarter of the ring's slots
-// were freed, which pays for copying the rest: amortized O(1).
-func (t *Tracker) shrink() {
-	size := len(t.ring)
-	for size > minRing && t.n <= size/4 {
-		size /= 2
+// Trim gives back the ring's capacity that was not used since the last
+// Trim: it shrinks the ring to the least power of two at or above twice the
+// most records outstanding at once since then (at least 16 slots), when
+// that is smaller. Deliver and Complete never shrink the ring; call Trim
+// periodically so that its memory follows the outstanding records (the
+// runner calls it on every tick, for each partition). Trim is O(1) when it
+// keeps the ring and O(Outstanding()) when it shrinks it; it reports
+// whether it did, so the caller can account for the ring's new
+// [Tracker.RingBytes].
+func (t *Tracker) Trim() (shrunk bool) {
+	size := minRing
+	if m := 2 * t.peak; m > minRing {
+		size = 1 << bits.Len(uint(m-1))
 	}
-	if size != len(t.ring) {
-		t.resize(size)
+	t.peak = t.n
+	if t.ring == nil || size >= len(t.ring) {
+		return false
 	}
+	t.resize(size)
+	return true
 }
+
+// RingBytes returns what the ring takes: SlotSize bytes a slot, none after
+// New or Reset until a record is delivered, MinRingBytes at least then.
+func (t *Tracker) RingBytes() int64 { return int64(len(t.ring)) * SlotSize }
 
 // Complete records that the record at offset finished and classifies the
 // notice. Only an offset delivered in this assignment and not yet complete
@@ -248,9 +264,6 @@ func (t *Tracker) Complete(offset int64) Outcome {
 		t.safe = t.ring[t.head].off + 1
 		t.head = (t.head + 1) & mask
 		t.n--
-	}
-	if t.n <= len(t.ring)/4 && len(t.ring) > minRing {
-		t.shrink()
 	}
 	return Advanced
 }

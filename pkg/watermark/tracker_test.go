@@ -313,8 +313,10 @@ func TestTrackerAllocations(t *testing.T) {
 		t.Errorf("a steady window allocates %v times per 64 records, want 0", n)
 	}
 
-	// A burst that fills the ring and empties it: it grows from the least
-	// size and shrinks back, O(log burst) allocations each time.
+	// A burst that fills the ring and empties it: the ring grows to the
+	// burst's size once, and later bursts reallocate nothing, because only
+	// Trim shrinks it. (Complete shrank the ring as soon as it was a
+	// quarter full: every burst grew it again, 5 allocations a burst.)
 	tr = watermark.New(0)
 	off := int64(0)
 	burst := func() {
@@ -328,14 +330,73 @@ func TestTrackerAllocations(t *testing.T) {
 		off += 600
 	}
 	burst()
-	if n := testing.AllocsPerRun(100, burst); n > 5 {
-		t.Errorf("a burst of 256 records allocates %v times, want at most 5 (16 to 256 slots, then back)", n)
+	if n := testing.AllocsPerRun(100, burst); n != 0 {
+		t.Errorf("a burst of 256 records after the first allocates %v times, want 0: only Trim shrinks the ring", n)
+	}
+	// A Trim between bursts keeps the ring: each interval's peak is a
+	// burst, and the ring holds twice that.
+	if n := testing.AllocsPerRun(100, func() { burst(); tr.Trim() }); n != 0 {
+		t.Errorf("a burst and a Trim allocate %v times, want 0", n)
 	}
 }
 
-// TestTrackerRingShrinks: the ring's memory follows the outstanding
-// records, not their peak. (It used to keep the peak's ring for the
-// assignment's life, and across Reset.)
+// TestTrackerTrim: Trim shrinks the ring to the least power of two that
+// holds twice the most records outstanding since the last Trim, never
+// below 16 slots, and RingBytes follows the ring.
+func TestTrackerTrim(t *testing.T) {
+	tr := watermark.New(0)
+	if b := tr.RingBytes(); b != 0 || tr.Trim() {
+		t.Fatalf("a new tracker: RingBytes %d, want 0, and nothing to trim", b)
+	}
+	var next, oldest int64
+	deliver := func(n int) {
+		for range n {
+			if err := tr.Deliver(next); err != nil {
+				t.Fatal(err)
+			}
+			next++
+		}
+	}
+	complete := func(n int) {
+		for range n {
+			tr.Complete(oldest)
+			oldest++
+		}
+	}
+	step := func(name string, shrunk bool, slots int64) {
+		t.Helper()
+		if got := tr.Trim(); got != shrunk || tr.RingBytes() != slots*watermark.SlotSize {
+			t.Fatalf("%s: Trim() = %v with %d slots, want %v with %d", name, got, tr.RingBytes()/watermark.SlotSize, shrunk, slots)
+		}
+	}
+	deliver(1000) // 1,024 slots
+	complete(990) // ten outstanding; Complete does not shrink
+	if b := tr.RingBytes(); b != 1024*watermark.SlotSize {
+		t.Fatalf("after Complete: RingBytes %d, want %d", b, 1024*watermark.SlotSize)
+	}
+	step("peak 1,000 since New", false, 1024) // twice 1,000 is 2,048: kept
+	step("peak 10 since the last Trim", true, 32)
+	step("nothing since", false, 32)
+	complete(10)
+	step("ten outstanding at the last Trim", false, 32)
+	step("none outstanding since", true, 16) // the least ring
+	deliver(100)                             // 128 slots
+	complete(100)
+	deliver(40)
+	step("peak 100", false, 128) // twice 100 is 256: kept
+	step("peak 40", false, 128)  // twice 40 is 80: 128 slots
+	complete(30)
+	step("peak 40 again", false, 128)
+	step("peak 10", true, 32)
+	tr.Reset(next)
+	if b := tr.RingBytes(); b != 0 || tr.Trim() {
+		t.Fatalf("after Reset: RingBytes %d, want 0, and nothing to trim", b)
+	}
+}
+
+// TestTrackerRingShrinks: with Trim called periodically, the ring's memory
+// follows the outstanding records, not their peak. (It used to keep the
+// peak's ring for the assignment's life, and across Reset.)
 func TestTrackerRingShrinks(t *testing.T) {
 	const peak = 1 << 20
 	var ms runtime.MemStats
@@ -355,10 +416,15 @@ func TestTrackerRingShrinks(t *testing.T) {
 		tr.Complete(off)
 		_ = tr.Deliver(peak + off) // ten outstanding, on a new head
 	}
+	tr.Trim() // the peak was since the last Trim: kept
+	tr.Trim() // ten outstanding since: 32 slots
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	held := int64(ms.HeapAlloc) - int64(before)
-	bound := int64(max(watermark.MinRingBytes, watermark.SlotBytes*tr.Outstanding()))
+	bound := int64(max(watermark.MinRingBytes, 4*watermark.SlotSize*tr.Outstanding()))
+	if b := tr.RingBytes(); b > bound {
+		t.Fatalf("%d records outstanding after a peak of %d and two Trims: RingBytes %d, want at most %d", tr.Outstanding(), peak, b, bound)
+	}
 	runtime.KeepAlive(tr)
 	// The heap is shared with the test runtime: allow 64 KiB of noise,
 	// far below the 16 MiB the peak's ring takes.
