@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"runtime/debug"
 	"strconv"
 	"time"
+
+	"github.com/tidemark/tidemark/internal/backoff"
 )
 
 // PanicError is a panic in user code turned into a failed attempt: in the
@@ -130,7 +131,7 @@ func (r *Runner) attempt(ctx context.Context, t *task) (applied bool, err error)
 
 // sleep waits the backoff before attempt+1; false if ctx ended first.
 func (r *Runner) sleep(ctx context.Context, attempt int) bool {
-	d := backoff(r.cfg.backoffInitial, r.cfg.backoffMax, attempt)
+	d := r.backoff(attempt)
 	tm := time.NewTimer(d)
 	defer tm.Stop()
 	select {
@@ -141,15 +142,12 @@ func (r *Runner) sleep(ctx context.Context, attempt int) bool {
 	}
 }
 
-// backoff is exponential from initial, doubling per attempt up to max, with
-// full jitter in [d/2, d] so retries of many records do not synchronize.
-func backoff(initial, max time.Duration, attempt int) time.Duration {
-	d := initial
-	for i := 1; i < attempt && d < max; i++ {
-		d *= 2
-	}
-	d = min(d, max)
-	return d/2 + rand.N(d/2+1)
+// backoff is the wait before attempt+1 of a record, a dead-letter write or
+// the assign hook: exponential from Backoff's initial wait up to its max,
+// with equal jitter (uniform in [d/2, d]) so that retries of many records
+// do not synchronize.
+func (r *Runner) backoff(attempt int) time.Duration {
+	return backoff.Jittered(r.cfg.backoffInitial, r.cfg.backoffMax, attempt)
 }
 
 // deadLetter writes the record to the dead-letter topic, retrying with

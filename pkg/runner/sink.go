@@ -78,7 +78,7 @@ func (r *Runner) runHook(ctx context.Context, h AssignHook, as []Assignment) ([]
 		}
 		r.log.Error("assign hook failed; retrying, the partitions' records wait", "partitions", len(as),
 			"first", as[0].TP.String(), "generation", as[0].Generation, "member", as[0].Member, "attempt", attempt, "err", err)
-		tm := time.NewTimer(backoff(r.cfg.backoffInitial, r.cfg.backoffMax, attempt))
+		tm := time.NewTimer(r.backoff(attempt))
 		select {
 		case <-tm.C:
 		case <-ctx.Done():
