@@ -17,10 +17,14 @@ import (
 
 // Exponential returns the wait before retry attempt+1, attempts counted
 // from 1: initial doubled attempt-1 times, at most max. An attempt below 1
-// counts as 1. It draws no jitter.
+// counts as 1. It saturates at max: a max near the largest Duration caps
+// the wait instead of overflowing it. It draws no jitter.
 func Exponential(initial, max time.Duration, attempt int) time.Duration {
 	d := initial
 	for i := 1; i < attempt && d < max; i++ {
+		if d > max/2 {
+			return max // doubling would pass max, or overflow
+		}
 		d *= 2
 	}
 	return min(d, max)

@@ -45,6 +45,21 @@ func TestExponential(t *testing.T) {
 	}
 }
 
+// TestExponentialSaturates: a max near the largest Duration caps the wait
+// instead of overflowing into a negative one.
+func TestExponentialSaturates(t *testing.T) {
+	const max = time.Duration(math.MaxInt64)
+	for attempt := 1; attempt <= 100; attempt++ {
+		got := backoff.Exponential(time.Hour, max, attempt)
+		if got < time.Hour || got > max {
+			t.Fatalf("attempt %d: %v, want within [1h, %v]", attempt, got, max)
+		}
+	}
+	if got := backoff.Jittered(time.Hour, max, 100); got < max/2 {
+		t.Fatalf("Jittered at attempt 100: %v, want at least %v", got, max/2)
+	}
+}
+
 // TestJitteredIsEqualJitter: every wait is in [d/2, d], and the draws
 // spread over that range rather than sitting at one end of it.
 func TestJitteredIsEqualJitter(t *testing.T) {
