@@ -5,11 +5,11 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tidemark/tidemark/internal/backoff"
 	"github.com/tidemark/tidemark/pkg/runner"
 )
 
@@ -115,15 +115,10 @@ func (s *Store) retry(ctx context.Context, attempt func() error) error {
 }
 
 // retryBackoff is the wait before attempt i+1: 10ms doubling per attempt up
-// to 1s, with full jitter in [d/2, d], so the transactions that collided do
-// not collide again in step.
+// to 1s, with equal jitter (uniform in [d/2, d]), so the transactions that
+// collided do not collide again in step.
 func retryBackoff(attempt int) time.Duration {
-	d := 10 * time.Millisecond
-	for i := 1; i < attempt && d < time.Second; i++ {
-		d *= 2
-	}
-	d = min(d, time.Second)
-	return d/2 + rand.N(d/2+1)
+	return backoff.Jittered(10*time.Millisecond, time.Second, attempt)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -205,6 +205,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"commit interval", []runner.Option{h, runner.CommitInterval(0)}, "CommitInterval"},
 		{"drain budget", []runner.Option{h, runner.DrainBudget(-1)}, "DrainBudget"},
 		{"backoff", []runner.Option{h, runner.Backoff(time.Second, time.Millisecond)}, "Backoff"},
+		{"zero backoff", []runner.Option{h, runner.Backoff(0, time.Millisecond)}, "Backoff"},
 		{"skip attempts", []runner.Option{h, runner.Failure(runner.Skip(0))}, "Failure"},
 		{"dlq topic", []runner.Option{h, runner.Failure(runner.DeadLetter("", 3, &dlq{}))}, "Failure"},
 		{"dlq writer", []runner.Option{h, runner.Failure(runner.DeadLetter("d", 3, nil))}, "Failure"},

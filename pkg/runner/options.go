@@ -204,8 +204,11 @@ func DrainBudget(d time.Duration) Option { return func(c *config) { c.drainBudge
 // has its ctx cancelled and counts as failed. Default 0: no timeout.
 func HandlerTimeout(d time.Duration) Option { return func(c *config) { c.handlerTimeout = d } }
 
-// Backoff sets the retry backoff: exponential from initial, doubling up to
-// max, with full jitter. Defaults 100ms and 10s.
+// Backoff sets the wait before each retry of a failed handler attempt, a
+// failed dead-letter write or a failed assign hook: before attempt n+1 it
+// is d, initial doubled n-1 times and at most max, with equal jitter: the
+// wait is drawn uniformly from [d/2, d]. New rejects initial <= 0 and max <
+// initial. Defaults 100ms and 10s.
 func Backoff(initial, max time.Duration) Option {
 	return func(c *config) { c.backoffInitial, c.backoffMax = initial, max }
 }

@@ -9,6 +9,7 @@ import (
 	kafka "github.com/segmentio/kafka-go"
 	fetchapi "github.com/segmentio/kafka-go/protocol/fetch"
 
+	"github.com/tidemark/tidemark/internal/backoff"
 	"github.com/tidemark/tidemark/pkg/runner"
 )
 
@@ -86,7 +87,7 @@ func (f *fetcher) run(ctx context.Context) error {
 			}
 			failures++
 			log.Warn("fetch failed; retrying", "offset", f.next, "attempt", failures, "err", err)
-			sleep(ctx, backoff(failures))
+			sleep(ctx, retryWait(failures))
 			continue
 		case !progress:
 			// The answer held record bytes but no whole batch ending at
@@ -212,10 +213,10 @@ func fatalFetch(err error) bool {
 	return false
 }
 
-// backoff is the wait before retry n (from 1): 100ms doubling up to 2s.
-func backoff(n int) time.Duration {
-	d := 100 * time.Millisecond << min(n-1, 5)
-	return min(d, 2*time.Second)
+// retryWait is the wait before retry n (from 1) of a fetch or an offset
+// look-up: 100ms doubling up to 2s, without jitter.
+func retryWait(n int) time.Duration {
+	return backoff.Exponential(100*time.Millisecond, 2*time.Second, n)
 }
 
 // sleep waits d or until ctx is done.

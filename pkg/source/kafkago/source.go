@@ -499,7 +499,7 @@ func (s *Source) resolve(ctx context.Context, starts map[runner.TP]int64) error 
 				return &FetchError{TP: tp, Err: err}
 			}
 			s.log.Warn("looking up the start offset failed; retrying", "partition", tp.String(), "attempt", attempt, "err", err)
-			sleep(ctx, backoff(attempt))
+			sleep(ctx, retryWait(attempt))
 		}
 	}
 	return nil

@@ -1,0 +1,206 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"time"
+
+	"github.com/tidemark/tidemark/pkg/rebalance"
+)
+
+func (r *Runner) deliver(b *Batch) {
+	ps := r.parts[b.TP]
+	if ps == nil || ps.revoking {
+		// Sources must not deliver for partitions they did not assign or
+		// are revoking; dropping is safe because nothing was recorded.
+		r.log.Warn("records for a partition not owned; dropped", "partition", b.TP.String(), "records", len(b.Records))
+		return
+	}
+	h := r.cfg.handlers[b.TP.Topic]
+	now := time.Now()
+	for i := range b.Records {
+		rec := &b.Records[i]
+		if err := ps.p.Deliver(rec.Offset); err != nil {
+			// A redelivered or out-of-order offset: the first delivery is
+			// tracked, so this copy is dropped, loudly.
+			r.log.Warn("record delivered out of order; dropped", "record", rec.String(), "err", err)
+			r.tel.outOfOrder.Add(context.Background(), 1)
+			continue
+		}
+		t := r.newTask()
+		t.size = copyRecord(&t.rec, rec) + r.overhead
+		t.handler = h
+		t.ps = ps
+		t.epoch = ps.epoch
+		t.delivered = now
+		ps.link(t)
+		ps.count++
+		ps.bytes += t.size
+		r.totalCount++
+		r.totalBytes += t.size
+		r.countPeak = max(r.countPeak, r.totalCount)
+		if h == nil {
+			// No handler for this topic: fail loudly through the policy
+			// rather than skip silently.
+			t.handler = noHandler
+		}
+		r.enqueue(ps, t)
+	}
+	r.setRing(ps)
+	if b.HighWatermark > ps.hwm {
+		ps.hwm = b.HighWatermark
+	}
+	if b.Position > ps.pendingPos {
+		ps.pendingPos = b.Position
+		r.applyPosition(ps)
+	}
+	r.checkFlow(ps)
+}
+
+func noHandler(_ context.Context, rec Record) error {
+	return fmt.Errorf("runner: no handler registered for topic %q (record %s)", rec.Topic, rec.String())
+}
+
+// enqueue puts t in its lane, or straight into the ready queue when its lane
+// is idle or it has none.
+func (r *Runner) enqueue(ps *partState, t *task) {
+	var l *lane
+	switch r.cfg.ordering {
+	case KeyOrder:
+		if t.rec.Key != nil {
+			h := maphash.Bytes(r.keySeed, t.rec.Key)
+			l = ps.lanes[h]
+			switch {
+			case l == nil:
+				l = r.newLane(ps, h)
+				ps.lanes[h] = l
+				ps.lanePeak = max(ps.lanePeak, len(ps.lanes))
+			case !l.busy:
+				r.unlinkIdle(l) // the key came back while its lane was cached
+			}
+		}
+	case PartitionOrder:
+		l = ps.lane
+	}
+	t.lane = l
+	if l == nil {
+		r.ready.push(t)
+		return
+	}
+	if l.busy {
+		l.waiting.push(t)
+		return
+	}
+	l.busy = true
+	r.ready.push(t)
+}
+
+// dispatch moves ready tasks to the workers' queue while fewer than
+// Concurrency tasks are queued or running.
+func (r *Runner) dispatch() {
+	var head, tail *task
+	n := 0
+	for r.inflight < r.cfg.concurrency {
+		t := r.ready.pop()
+		if t == nil {
+			break
+		}
+		if t.dropped {
+			r.freeTask(t)
+			continue
+		}
+		t.started = true
+		t.ps.inflight++
+		r.inflight++
+		if head == nil {
+			head = t
+		} else {
+			tail.nextQ = t
+		}
+		tail = t
+		n++
+	}
+	if n > 0 {
+		r.workq.push(head, tail, n)
+	}
+}
+
+// onFinished takes back every task the workers finished since last time.
+func (r *Runner) onFinished() {
+	for t := r.doneq.take(); t != nil; {
+		next := t.nextQ
+		r.onDone(t)
+		t = next
+	}
+}
+
+// onDone takes a finished task back from a worker.
+func (r *Runner) onDone(t *task) {
+	ps := t.ps
+	r.inflight--
+	ps.inflight--
+	ps.count--
+	ps.bytes -= t.size
+	r.totalCount--
+	r.totalBytes -= t.size
+	ps.unlink(t)
+
+	if t.res != resCancelled && t.res != resFenced {
+		switch ps.p.Complete(t.epoch, t.rec.Offset) {
+		case rebalance.Advanced:
+			r.applyPosition(ps)
+		case rebalance.OldAssignment, rebalance.NotOwner:
+			r.tel.stale.Add(context.Background(), 1)
+		}
+	}
+	if t.res == resFenced && !ps.closed && (ps.fencedOff < 0 || t.rec.Offset < ps.fencedOff) {
+		// The safe offset never passes it in this assignment: remember
+		// it for the oldest-unfinished stats.
+		ps.fencedOff, ps.fencedAt, ps.fencedErr = t.rec.Offset, t.delivered, t.failure()
+	}
+	if l := t.lane; l != nil && !ps.closed {
+		if t.res == resFenced {
+			// The record belongs to the partition's next owner, who
+			// replays it and what follows it. The lane stays busy, so
+			// the rest of its key (or partition) waits too: should the
+			// fence have been transient, a later record of the key must
+			// not apply before this one (invariant 5). A revoke or loss
+			// drops what waits. The lane stays charged meanwhile.
+			if !l.held {
+				l.held = true
+				ps.held++
+				r.heldBytes += laneCharge
+			}
+		} else if next := l.waiting.pop(); next != nil {
+			r.ready.push(next)
+		} else {
+			l.busy = false
+			if r.cfg.ordering == KeyOrder {
+				// An idle key lane stays in the map, a cache for a key
+				// that comes back, as long as the idle lanes fit.
+				r.pushIdle(l)
+				r.fitIdle()
+			}
+		}
+	}
+	r.freeTask(t)
+	if !ps.closed {
+		r.checkFlow(ps)
+	} else {
+		r.checkGlobal()
+	}
+	if ps.revoking && ps.inflight == 0 {
+		r.checkDrains()
+	}
+}
+
+// applyPosition moves the safe offset to the fetch position once nothing
+// delivered is outstanding, so lag reaches zero past control records.
+func (r *Runner) applyPosition(ps *partState) {
+	if ps.pendingPos < 0 || ps.p.Tracker().Outstanding() > 0 {
+		return
+	}
+	ps.p.Position(ps.epoch, ps.pendingPos)
+	ps.pendingPos = -1
+}

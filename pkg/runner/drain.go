@@ -1,0 +1,208 @@
+package runner
+
+import (
+	"errors"
+	"time"
+)
+
+// drain is a revoke or a shutdown waiting for in-flight handlers. It holds
+// the assignments it drains, not their names: the source may report a
+// partition assigned again while its old assignment drains, and the drain
+// must then neither wait for nor end the new one.
+type drain struct {
+	parts    []*partState
+	deadline time.Time // zero: none
+	// commitBy bounds the final commit (Shutdown's deadline); zero: only
+	// CommitTimeout does.
+	commitBy time.Time
+	ctxDone  <-chan struct{}
+	reply    chan error // nil for a shutdown
+	stop     bool
+	ready    bool // drained or out of time: waiting for its final commit
+}
+
+// stopDispatch starts a partition's drain: records that have not started are
+// dropped (they will be replayed by the next owner), in-flight ones go on.
+func (r *Runner) stopDispatch(ps *partState) {
+	ps.revoking = true
+	ps.draining.Store(true)
+	for _, l := range ps.lanes {
+		r.dropWaiting(ps, l)
+	}
+	if ps.lane != nil {
+		r.dropWaiting(ps, ps.lane)
+	}
+	for t := ps.oldest; t != nil; {
+		next := t.next
+		if !t.started && !t.dropped {
+			// In the ready queue: mark it; dispatch frees it. Its lane
+			// has nothing else (what waited in it was dropped above): it
+			// is idle, like the lane of a record that finished.
+			r.drop(ps, t)
+			if l := t.lane; l != nil && !l.held {
+				l.busy = false
+				if r.cfg.ordering == KeyOrder {
+					r.pushIdle(l)
+				}
+			}
+		}
+		t = next
+	}
+	r.fitIdle()
+	if ps.paused {
+		ps.paused = false
+		r.flowDirty = append(r.flowDirty, ps)
+	}
+	r.setBand(ps)
+	r.checkGlobal()
+}
+
+func (r *Runner) dropWaiting(ps *partState, l *lane) {
+	for t := l.waiting.pop(); t != nil; t = l.waiting.pop() {
+		r.drop(ps, t)
+		r.freeTask(t)
+	}
+}
+
+func (r *Runner) drop(ps *partState, t *task) {
+	t.dropped = true
+	ps.unlink(t)
+	ps.count--
+	ps.bytes -= t.size
+	r.totalCount--
+	r.totalBytes -= t.size
+}
+
+// beginStop starts a graceful stop: a drain of every partition until
+// deadline (zero: none) or until ctxDone, then a final commit bounded by
+// commitBy (zero: CommitTimeout alone).
+func (r *Runner) beginStop(deadline, commitBy time.Time, ctxDone <-chan struct{}) {
+	if r.stopping {
+		return
+	}
+	r.stopping = true
+	r.log.Info("stopping: draining in-flight handlers", "partitions", len(r.parts), "in_flight", r.inflight, "deadline", deadline)
+	d := &drain{deadline: deadline, commitBy: commitBy, ctxDone: ctxDone, stop: true}
+	for _, ps := range r.parts {
+		// A partition already draining for a revoke joins the stop drain
+		// too: the stop must not end before that revoke's handlers did.
+		d.parts = append(d.parts, ps)
+		if !ps.revoking {
+			r.stopDispatch(ps)
+		}
+	}
+	r.drains = append(r.drains, d)
+	r.checkDrains()
+}
+
+// checkDrains marks drains whose partitions are idle (or whose time is up)
+// ready, and starts the final commit when the committer is free.
+func (r *Runner) checkDrains() {
+	now := time.Now()
+	var next time.Time
+	for _, d := range r.drains {
+		if d.ready {
+			continue
+		}
+		expired := !d.deadline.IsZero() && !now.Before(d.deadline)
+		if d.ctxDone != nil {
+			select {
+			case <-d.ctxDone:
+				expired = true
+			default:
+			}
+		}
+		idle := true
+		for _, ps := range d.parts {
+			if !ps.closed && ps.inflight > 0 {
+				idle = false
+				break
+			}
+		}
+		if idle || expired {
+			d.ready = true
+			continue
+		}
+		if !d.deadline.IsZero() && (next.IsZero() || d.deadline.Before(next)) {
+			next = d.deadline
+		}
+	}
+	if !next.IsZero() {
+		r.drainTimer.Reset(time.Until(next))
+	}
+	r.finalCommit()
+}
+
+// finalCommit sends one synchronous commit for every ready drain once no
+// other commit is in flight (commits are sequenced, one at a time).
+func (r *Runner) finalCommit() {
+	if r.committing != nil {
+		return
+	}
+	var ready []*drain
+	rest := r.drains[:0]
+	for _, d := range r.drains {
+		if d.ready {
+			ready = append(ready, d)
+		} else {
+			rest = append(rest, d)
+		}
+	}
+	if len(ready) == 0 {
+		return
+	}
+	r.drains = rest
+	// The drain's time may be up: the final commit gets its own
+	// CommitTimeout, within what is left of Shutdown's budget.
+	var by time.Time
+	for _, d := range ready {
+		if !d.commitBy.IsZero() && (by.IsZero() || d.commitBy.Before(by)) {
+			by = d.commitBy
+		}
+	}
+	c := r.newCommit(by)
+	c.drains = ready
+	if len(c.offsets) == 0 {
+		r.finishDrains(ready, nil)
+		return
+	}
+	r.send(c)
+}
+
+// finishDrains ends drains after their final commit, ending the epochs of
+// their partitions and answering the source; commitErr is that commit's
+// failure, reported with each drain's result.
+func (r *Runner) finishDrains(ds []*drain, commitErr error) {
+	for _, d := range ds {
+		unfinished := map[TP]int64{}
+		for _, ps := range d.parts {
+			if ps.closed {
+				continue // lost, or assigned anew, while draining
+			}
+			tp := ps.tp
+			if ps.inflight > 0 {
+				unfinished[tp] = ps.p.Safe()
+			}
+			final, _ := r.table.Revoke(tp)
+			ps.closed = true
+			ps.cancel()
+			r.release(ps)
+			delete(r.parts, tp)
+			r.log.Info("partition revoked", "partition", tp.String(), "epoch", uint64(ps.epoch), "safe", final, "acknowledged", ps.p.Acknowledged(), "unfinished", ps.inflight)
+		}
+		var err error
+		if len(unfinished) > 0 {
+			err = &DrainError{Unfinished: unfinished}
+			r.log.Warn("drain budget ran out", "err", err)
+		}
+		if commitErr != nil {
+			err = errors.Join(err, commitErr)
+		}
+		if d.stop {
+			r.drainErr = err
+			r.finished = true
+		} else {
+			d.reply <- err
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *error) error {
+	ticker := time.NewTicker(r.cfg.commitInterval)
+	defer ticker.Stop()
+	r.drainTimer = time.NewTimer(time.Hour)
+	r.drainTimer.Stop()
+	ctxDone := ctx.Done()
+	var stopCtxDone <-chan struct{}
+	for !r.finished {
+		select {
+		case req := <-r.sinkCh:
+			r.onSink(req)
+		case <-r.doneq.signal:
+			r.onFinished()
+		case c := <-r.commitRes:
+			r.onCommitted(c)
+		case <-ticker.C:
+			r.tick()
+		case <-r.drainTimer.C:
+			r.checkDrains()
+		case s := <-r.stopCh:
+			stopCtxDone = s.ctxDone
+			r.beginStop(s.drainDeadline, s.deadline, s.ctxDone)
+		case <-ctxDone:
+			ctxDone = nil
+			r.beginStop(time.Now().Add(r.cfg.drainBudget), time.Time{}, nil)
+		case <-stopCtxDone:
+			stopCtxDone = nil
+			r.checkDrains()
+		case <-r.closeCh:
+			if r.stopping {
+				// A graceful stop was under way and its final commit was
+				// not acknowledged (the loop would have returned).
+				return &FinalCommitError{Err: errClosedInStop}
+			}
+			return nil
+		case <-srcDone:
+			// srcErr is written before srcDone is closed.
+			err := *srcErr
+			if err == nil && r.stopping {
+				srcDone = nil
+				continue
+			}
+			if err == nil {
+				err = errors.New("runner: source stopped without an error before the runner did")
+			}
+			r.log.Error("source failed; stopping without a final commit", "err", err)
+			return err
+		}
+		r.dispatch()
+		r.flushFlow()
+	}
+	return r.drainErr
+}
+
+// onSink acts on one report from the source and answers it.
+func (r *Runner) onSink(req *sinkReq) {
+	if r.stopping && req.kind != sinkLost && req.kind != sinkRevoked {
+		req.reply <- sinkReply{err: ErrStopped}
+		return
+	}
+	switch req.kind {
+	case sinkAssigned:
+		replaced := false
+		for i, a := range req.assigns {
+			var f Applied
+			if req.applied != nil {
+				f = req.applied[i]
+			}
+			replaced = r.assign(a, f) || replaced
+		}
+		r.checkDrains() // an assignment can replace (lose) a partition a drain waits on
+		r.flushFlow()   // under the global cap, new partitions start paused
+		if replaced && r.committing != nil {
+			// The replaced assignments were lost: answer as for Lost, once
+			// a commit built for them can no longer reach the source.
+			r.afterCommit = append(r.afterCommit, req.reply)
+			return
+		}
+		req.reply <- sinkReply{}
+	case sinkFetched:
+		for i := range req.batches {
+			r.deliver(&req.batches[i])
+		}
+		r.fitFree()
+		// Pause before answering: the source's next poll must already
+		// leave out the partitions at their high water mark. Answer before
+		// dispatching (the loop dispatches right after), so the source's
+		// next poll overlaps the dispatch.
+		r.flushFlow()
+		req.reply <- sinkReply{budget: r.budget()}
+	case sinkLost:
+		for _, tp := range req.tps {
+			r.lose(tp)
+		}
+		r.checkDrains()
+		if r.committing != nil {
+			// A commit built before the loss may still be on its way to
+			// the source. Answer only after it was answered, so the
+			// source cannot rejoin, get the partition back and then send
+			// that old offset under the new generation.
+			r.afterCommit = append(r.afterCommit, req.reply)
+			return
+		}
+		req.reply <- sinkReply{}
+	case sinkRevoked:
+		deadline := time.Now().Add(r.cfg.drainBudget)
+		if !req.deadline.IsZero() && req.deadline.Before(deadline) {
+			deadline = req.deadline
+		}
+		d := &drain{deadline: deadline, reply: req.replyErr}
+		for _, tp := range req.tps {
+			// A partition already draining (a shutdown) joins this drain
+			// too, so the source waits for its final commit.
+			if ps := r.parts[tp]; ps != nil {
+				d.parts = append(d.parts, ps)
+				if !ps.revoking {
+					r.stopDispatch(ps)
+				}
+			}
+		}
+		if len(d.parts) == 0 {
+			req.replyErr <- nil
+			return
+		}
+		r.tel.revokes.Add(context.Background(), 1)
+		r.drains = append(r.drains, d)
+		r.checkDrains()
+	}
+}
+
+// assign sets up a new assignment of a.TP; it reports whether it replaced
+// one the runner still held (which it drops as lost).
+func (r *Runner) assign(a Assignment, applied Applied) (replaced bool) {
+	if old := r.parts[a.TP]; old != nil {
+		// A source reporting an assignment it already gave us has lost
+		// track; treat the old assignment as lost (never commit for it).
+		r.log.Warn("partition assigned again without a revoke; dropping the old assignment", "partition", a.TP.String())
+		r.lose(a.TP)
+		replaced = true
+	}
+	p := r.table.Assign(a.TP, a.Start)
+	ctx, cancel := context.WithCancel(r.handlerCtx)
+	ps := &partState{p: p, epoch: p.Epoch(), tp: a.TP, ctx: ctx, cancel: cancel, pendingPos: -1, hwm: -1, applied: applied,
+		band: -1, fencedOff: -1}
+	switch r.cfg.ordering {
+	case KeyOrder:
+		ps.lanes = map[uint64]*lane{}
+	case PartitionOrder:
+		ps.lane = &lane{}
+	}
+	r.parts[a.TP] = ps
+	if r.globalPaused {
+		r.flowDirty = append(r.flowDirty, ps)
+	}
+	r.log.Debug("partition assigned", "partition", a.TP.String(), "epoch", uint64(ps.epoch), "start", a.Start,
+		"generation", a.Generation, "member", a.Member)
+	return replaced
+}
+
+func (r *Runner) lose(tp TP) {
+	ps := r.parts[tp]
+	if ps == nil {
+		return
+	}
+	r.stopDispatch(ps)
+	r.table.Lose(tp)
+	ps.closed = true
+	ps.cancel()
+	r.release(ps)
+	delete(r.parts, tp)
+	r.tel.lost.Add(context.Background(), 1)
+	r.log.Warn("partition lost; nothing will be committed for it", "partition", tp.String(), "epoch", uint64(ps.epoch), "in_flight", ps.inflight)
+	// Its bytes left the total: the global cap may lift. Drains waiting on
+	// it are checked by the caller, once every partition of the report is
+	// gone: checking here could send a final commit for a partition lost in
+	// the same report.
+	r.checkGlobal()
+}

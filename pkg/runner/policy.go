@@ -1,0 +1,192 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/tidemark/tidemark/internal/backoff"
+)
+
+// PanicError is a panic in user code turned into a failed attempt: in the
+// handler, in the assign hook's Applied filter (checked at the start of
+// every attempt), or in the DeadLetterWriter (a failed write, retried). The
+// runner recovers panics instead of letting them crash the process (unlike
+// errgroup, which leaves them alone) because one poison record must not take
+// down every partition of the member: the panic is handled exactly like an
+// error, by the failure policy, with its stack kept for the log.
+type PanicError struct {
+	Record string // topic/partition@offset
+	// In names the code that panicked: "handler", "Applied filter" or
+	// "DeadLetterWriter".
+	In    string
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("runner: %s panicked on %s: %v", e.In, e.Record, e.Value)
+}
+
+// execute runs one record's handler under the failure policy.
+func (r *Runner) execute(t *task) {
+	ctx := t.ps.ctx
+	rec := &t.rec
+	ctx, span := r.tracer.start(ctx, rec)
+	defer span.End()
+	// The clock is read only when a meter provider records the duration:
+	// two clock reads are a tenth of a no-op record's cost.
+	var start time.Time
+	timed := r.tel.duration.Enabled(ctx)
+	if timed {
+		start = time.Now()
+	}
+	for attempt := 1; ; attempt++ {
+		t.attempts = attempt
+		applied, err := r.attempt(ctx, t)
+		if err == nil && applied {
+			// Applied before (a replay after a restart or a handoff):
+			// complete it without running the handler again.
+			t.res = resHandled
+			r.tel.replaySkipped.Add(ctx, 1)
+			return
+		}
+		if err == nil {
+			t.res = resHandled
+			r.tel.handled(ctx, rec.Topic, timed, start)
+			return
+		}
+		if ctx.Err() != nil {
+			// The partition was lost, or the runner is closing: the record
+			// stays incomplete and is replayed by whoever owns it next.
+			t.res = resCancelled
+			span.RecordError(err)
+			return
+		}
+		if errors.Is(err, ErrFenced) {
+			t.fail.Store(&failure{attempts: attempt, err: err.Error()})
+			r.log.Warn("handler fenced by a newer owner; leaving the record to it", "record", rec.String(), "err", err)
+			r.tel.fenced.Add(ctx, 1)
+			t.res = resFenced
+			span.RecordError(err)
+			return
+		}
+		r.tel.failed(ctx, rec.Topic)
+		t.fail.Store(&failure{attempts: attempt, err: err.Error()})
+		span.RecordError(err)
+		pol := r.cfg.policy
+		// An attempt whose outcome is unknown may have been applied:
+		// skipping or dead-lettering it could report an applied record as
+		// failed, so it is retried as under Block.
+		if pol.kind != policyBlock && attempt >= pol.attempts && !errors.Is(err, ErrOutcomeUnknown) {
+			if pol.kind == policySkip {
+				r.log.Error("record skipped after its last attempt", "record", rec.String(), "attempts", attempt, "err", err)
+				r.tel.skipped.Add(ctx, 1)
+				t.res = resSkipped
+				return
+			}
+			if r.deadLetter(ctx, t, err) {
+				t.res = resDeadLettered
+			} else {
+				t.res = resCancelled
+			}
+			return
+		}
+		r.log.Warn("handler failed; retrying", "record", rec.String(), "attempt", attempt, "err", err)
+		if !r.sleep(ctx, attempt) {
+			t.res = resCancelled
+			return
+		}
+		r.tel.retried.Add(ctx, 1)
+	}
+}
+
+// attempt asks the partition's Applied filter, if any, whether the record
+// was applied before (applied true: the handler is not called), and
+// otherwise calls the handler once, with the per-attempt timeout. A panic in
+// either is recovered into a *PanicError: a failed attempt.
+func (r *Runner) attempt(ctx context.Context, t *task) (applied bool, err error) {
+	where := "Applied filter"
+	defer func() {
+		if v := recover(); v != nil {
+			pe := &PanicError{Record: t.rec.String(), In: where, Value: v, Stack: debug.Stack()}
+			r.log.Error(where+" panicked", "record", pe.Record, "panic", fmt.Sprint(v), "stack", string(pe.Stack))
+			applied, err = false, pe
+		}
+	}()
+	if f := t.ps.applied; f != nil && f(t.rec.Offset) {
+		return true, nil
+	}
+	where = "handler"
+	if r.cfg.handlerTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.cfg.handlerTimeout)
+		defer cancel()
+	}
+	return false, t.handler(ctx, t.rec)
+}
+
+// sleep waits the backoff before attempt+1; false if ctx ended first.
+func (r *Runner) sleep(ctx context.Context, attempt int) bool {
+	d := r.backoff(attempt)
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// backoff is the wait before attempt+1 of a record, a dead-letter write or
+// the assign hook: exponential from Backoff's initial wait up to its max,
+// with equal jitter (uniform in [d/2, d]) so that retries of many records
+// do not synchronize.
+func (r *Runner) backoff(attempt int) time.Duration {
+	return backoff.Jittered(r.cfg.backoffInitial, r.cfg.backoffMax, attempt)
+}
+
+// deadLetter writes the record to the dead-letter topic, retrying with
+// backoff until the write is acknowledged; false if ctx ended first.
+func (r *Runner) deadLetter(ctx context.Context, t *task, cause error) bool {
+	rec := t.rec
+	rec.Headers = append(append([]Header(nil), t.rec.Headers...),
+		Header{Key: "tidemark-error", Value: []byte(cause.Error())},
+		Header{Key: "tidemark-attempts", Value: []byte(strconv.Itoa(t.attempts))},
+		Header{Key: "tidemark-origin-topic", Value: []byte(t.rec.Topic)},
+		Header{Key: "tidemark-origin-partition", Value: []byte(strconv.FormatInt(int64(t.rec.Partition), 10))},
+		Header{Key: "tidemark-origin-offset", Value: []byte(strconv.FormatInt(t.rec.Offset, 10))},
+	)
+	for i := 1; ; i++ {
+		err := r.writeDeadLetter(ctx, rec)
+		if err == nil {
+			r.log.Error("record dead-lettered", "record", t.rec.String(), "topic", r.cfg.policy.topic, "attempts", t.attempts, "err", cause)
+			r.tel.deadLettered.Add(ctx, 1)
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		r.log.Warn("dead-letter write failed; retrying, the record holds its partition", "record", t.rec.String(), "err", err)
+		if !r.sleep(ctx, i) {
+			return false
+		}
+	}
+}
+
+// writeDeadLetter calls the DeadLetterWriter once; a panic in it is
+// recovered into a *PanicError, a failed write (retried like any other).
+func (r *Runner) writeDeadLetter(ctx context.Context, rec Record) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			pe := &PanicError{Record: rec.String(), In: "DeadLetterWriter", Value: v, Stack: debug.Stack()}
+			r.log.Error("DeadLetterWriter panicked", "record", pe.Record, "panic", fmt.Sprint(v), "stack", string(pe.Stack))
+			err = pe
+		}
+	}()
+	return r.dlw.WriteDeadLetter(ctx, r.cfg.policy.topic, rec)
+}
