@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tidemark/tidemark/internal/kafkatest"
+	"github.com/tidemark/tidemark/pkg/runner"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -88,5 +89,34 @@ func TestName(t *testing.T) {
 	a, b := kafkatest.Name(t, "topic"), kafkatest.Name(t, "topic")
 	if a == b || !strings.HasPrefix(a, "topic-TestName-") {
 		t.Fatalf("names %q and %q: want distinct names after topic-TestName-", a, b)
+	}
+}
+
+type bare struct{ runner.Source }
+
+type writer struct{ bare }
+
+func (writer) WriteDeadLetter(context.Context, string, runner.Record) error { return nil }
+
+type limiter struct{ bare }
+
+func (limiter) LimitFetch(runner.FetchLimits) error { return nil }
+
+type both struct{ writer }
+
+func (both) LimitFetch(runner.FetchLimits) error { return nil }
+
+// TestRunnable: the spy passes on exactly the optional interfaces of the
+// source it wraps.
+func TestRunnable(t *testing.T) {
+	for _, src := range []runner.Source{bare{}, writer{}, limiter{}, both{}} {
+		_, wantW := src.(runner.DeadLetterWriter)
+		_, wantL := src.(runner.FetchLimiter)
+		r := kafkatest.NewSpy(src).Runnable()
+		_, gotW := r.(runner.DeadLetterWriter)
+		_, gotL := r.(runner.FetchLimiter)
+		if gotW != wantW || gotL != wantL {
+			t.Errorf("%T: spy is a DeadLetterWriter %v, FetchLimiter %v; want %v, %v", src, gotW, gotL, wantW, wantL)
+		}
 	}
 }

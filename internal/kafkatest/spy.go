@@ -37,6 +37,35 @@ func (s *Spy) Run(ctx context.Context, sink runner.Sink) error {
 	return s.Source.Run(ctx, spySink{Sink: sink, s: s})
 }
 
+// Runnable returns s as a runner.Source that also implements each optional
+// interface of the runner (runner.DeadLetterWriter, runner.FetchLimiter)
+// that the spied Source implements, so a runner over it behaves as over
+// the bare Source: it writes dead letters through it and sets its fetch
+// limits. Embedding runner.Source alone would hide them.
+func (s *Spy) Runnable() runner.Source {
+	dlw, isDLW := s.Source.(runner.DeadLetterWriter)
+	fl, isFL := s.Source.(runner.FetchLimiter)
+	switch {
+	case isDLW && isFL:
+		return struct {
+			*Spy
+			runner.DeadLetterWriter
+			runner.FetchLimiter
+		}{s, dlw, fl}
+	case isDLW:
+		return struct {
+			*Spy
+			runner.DeadLetterWriter
+		}{s, dlw}
+	case isFL:
+		return struct {
+			*Spy
+			runner.FetchLimiter
+		}{s, fl}
+	}
+	return s
+}
+
 // Owned returns the partitions owned now, sorted.
 func (s *Spy) Owned() []runner.TP {
 	s.mu.Lock()
@@ -148,14 +177,14 @@ type Member struct {
 	stopped sync.Once
 }
 
-// Start wraps src in a Spy, builds a runner over it with opts and runs it
+// Start wraps src in a Spy, builds a runner over its Runnable with opts and runs it
 // until Stop or the test's cleanup, which shuts it down within budget.
 // name (may be "") prefixes the member's errors. When runner.New fails,
 // Start closes src and fails the test.
 func Start(t testing.TB, name string, src runner.Source, budget time.Duration, opts ...runner.Option) *Member {
 	t.Helper()
 	sp := NewSpy(src)
-	r, err := runner.New(sp, opts...)
+	r, err := runner.New(sp.Runnable(), opts...)
 	if err != nil {
 		src.Close()
 		t.Fatalf("%srunner.New: %v", prefix(name), err)
