@@ -9,35 +9,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 )
-
-// franzLogger logs at warn level, or at TIDEMARK_TEST_LOG (debug, info),
-// to the test's output.
-func franzLogger(t *testing.T) *slog.Logger {
-	level := slog.LevelWarn
-	switch os.Getenv("TIDEMARK_TEST_LOG") {
-	case "debug":
-		level = slog.LevelDebug
-	case "info":
-		level = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
-}
 
 // franzLedger records every handler call of one or more members.
 type franzLedger struct {
@@ -90,82 +75,16 @@ func franzMissing(topic string, ends map[int32]int64, ls ...*franzLedger) string
 	return ""
 }
 
-// franzSpy wraps a Source and records the ownership it reports.
-type franzSpy struct {
-	*franz.Source
-	mu    sync.Mutex
-	owned map[runner.TP]bool
-	lost  map[runner.TP]time.Time
-}
-
-func (s *franzSpy) Run(ctx context.Context, sink runner.Sink) error {
-	return s.Source.Run(ctx, franzSpySink{Sink: sink, s: s})
-}
-
-func (s *franzSpy) ownedCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.owned)
-}
-
-func (s *franzSpy) lostTPs() map[runner.TP]time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := map[runner.TP]time.Time{}
-	for tp, at := range s.lost {
-		out[tp] = at
-	}
-	return out
-}
-
-type franzSpySink struct {
-	runner.Sink
-	s *franzSpy
-}
-
-func (k franzSpySink) Assigned(ctx context.Context, parts []runner.Assignment) error {
-	err := k.Sink.Assigned(ctx, parts)
-	k.s.mu.Lock()
-	for _, a := range parts {
-		k.s.owned[a.TP] = true
-	}
-	k.s.mu.Unlock()
-	return err
-}
-
-func (k franzSpySink) Revoked(ctx context.Context, tps []runner.TP, deadline time.Time) error {
-	err := k.Sink.Revoked(ctx, tps, deadline)
-	k.s.mu.Lock()
-	for _, tp := range tps {
-		delete(k.s.owned, tp)
-	}
-	k.s.mu.Unlock()
-	return err
-}
-
-func (k franzSpySink) Lost(ctx context.Context, tps []runner.TP) error {
-	k.s.mu.Lock()
-	for _, tp := range tps {
-		delete(k.s.owned, tp)
-		if _, ok := k.s.lost[tp]; !ok {
-			k.s.lost[tp] = time.Now()
-		}
-	}
-	k.s.mu.Unlock()
-	return k.Sink.Lost(ctx, tps)
-}
-
-// franzMember is one runner over one franz Source on the test bed.
+// franzMember is one runner over one spied franz Source on the test bed.
 type franzMember struct {
-	src  *franzSpy
-	r    *runner.Runner
-	done chan error
+	*kafkatest.Member
+	src *franz.Source
 }
 
 func franzStart(t *testing.T, group, topic string, h runner.Handler, fopts []franz.Option, ropts ...runner.Option) *franzMember {
 	t.Helper()
 	fopts = append([]franz.Option{
-		franz.Logger(franzLogger(t)),
+		franz.Logger(kafkatest.Logger(t)),
 		franz.SessionTimeout(6 * time.Second),
 		franz.HeartbeatInterval(time.Second),
 		franz.RebalanceTimeout(20 * time.Second),
@@ -174,198 +93,12 @@ func franzStart(t *testing.T, group, topic string, h runner.Handler, fopts []fra
 	if err != nil {
 		t.Fatalf("franz.New: %v", err)
 	}
-	spy := &franzSpy{Source: src, owned: map[runner.TP]bool{}, lost: map[runner.TP]time.Time{}}
-	r, err := runner.New(spy, append([]runner.Option{
+	return &franzMember{Member: kafkatest.Start(t, "", src, 30*time.Second, append([]runner.Option{
 		runner.Handle(topic, h),
-		runner.Logger(franzLogger(t)),
+		runner.Logger(kafkatest.Logger(t)),
 		runner.CommitInterval(100 * time.Millisecond),
 		runner.DrainBudget(5 * time.Second),
-	}, ropts...)...)
-	if err != nil {
-		src.Close()
-		t.Fatalf("runner.New: %v", err)
-	}
-	m := &franzMember{src: spy, r: r, done: make(chan error, 1)}
-	go func() { m.done <- r.Run(context.Background()) }()
-	t.Cleanup(func() { m.shutdown(t) })
-	return m
-}
-
-// shutdown stops the member gracefully; later calls do nothing.
-func (m *franzMember) shutdown(t *testing.T) {
-	t.Helper()
-	if m.done == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := m.r.Shutdown(ctx); err != nil {
-		t.Errorf("Shutdown: %v", err)
-	}
-	if err := <-m.done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
-	m.done = nil
-}
-
-func franzWait(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// franzOffsets reads end and committed offsets through one admin client,
-// for conditions polled many times (bed.Committed and bed.EndOffsets open a
-// client per call).
-type franzOffsets struct {
-	t   *testing.T
-	adm *kadm.Client
-}
-
-func newFranzOffsets(t *testing.T) *franzOffsets { return &franzOffsets{t: t, adm: bed.Admin(t)} }
-
-func (o *franzOffsets) ends(topic string) map[int32]int64 {
-	o.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	listed, err := o.adm.ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = listed.Error()
-	}
-	if err != nil {
-		o.t.Fatalf("end offsets of %s: %v", topic, err)
-	}
-	out := map[int32]int64{}
-	listed.Each(func(l kadm.ListedOffset) { out[l.Partition] = l.Offset })
-	return out
-}
-
-// committed returns group's committed offsets on topic, -1 where none.
-func (o *franzOffsets) committed(group, topic string) map[int32]int64 {
-	o.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := o.adm.FetchOffsetsForTopics(ctx, group, topic)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		o.t.Fatalf("committed offsets of %s on %s: %v", group, topic, err)
-	}
-	out := map[int32]int64{}
-	resp.Each(func(r kadm.OffsetResponse) { out[r.Partition] = r.At })
-	return out
-}
-
-// atEnd reports whether group committed the end offset of every partition
-// of topic.
-func (o *franzOffsets) atEnd(group, topic string) func() bool {
-	return func() bool {
-		ends, got := o.ends(topic), o.committed(group, topic)
-		for p, end := range ends {
-			if got[p] != end {
-				return false
-			}
-		}
-		return true
-	}
-}
-
-// franzCommit is one sample of a group's committed offset.
-type franzCommit struct {
-	at       time.Time
-	offset   int64
-	metadata string // the committing member's id (franz-go writes it)
-}
-
-// franzSampler polls a group's committed offsets every 100ms and keeps
-// every change, per partition.
-type franzSampler struct {
-	mu      sync.Mutex
-	history map[int32][]franzCommit
-	errs    []error
-	stop    chan struct{}
-	done    chan struct{}
-}
-
-func franzSample(t *testing.T, group, topic string) *franzSampler {
-	adm := bed.Admin(t)
-	s := &franzSampler{history: map[int32][]franzCommit{}, stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			resp, err := adm.FetchOffsetsForTopics(ctx, group, topic)
-			cancel()
-			now := time.Now()
-			s.mu.Lock()
-			if err == nil {
-				err = resp.Error()
-			}
-			if err != nil {
-				s.errs = append(s.errs, err)
-			} else {
-				resp.Each(func(o kadm.OffsetResponse) {
-					if o.At < 0 {
-						return
-					}
-					h := s.history[o.Partition]
-					if n := len(h); n == 0 || h[n-1].offset != o.At || h[n-1].metadata != o.Metadata {
-						s.history[o.Partition] = append(h, franzCommit{at: now, offset: o.At, metadata: o.Metadata})
-					}
-				})
-			}
-			s.mu.Unlock()
-			select {
-			case <-s.stop:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	t.Cleanup(s.close)
-	return s
-}
-
-func (s *franzSampler) close() {
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
-	<-s.done
-}
-
-// backward returns a description of the first committed offset that went
-// backward, or "".
-func (s *franzSampler) backward() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for p, h := range s.history {
-		for i := 1; i < len(h); i++ {
-			if h[i].offset < h[i-1].offset {
-				return fmt.Sprintf("partition %d: committed %d (member %s) after %d (member %s)", p, h[i].offset, h[i].metadata, h[i-1].offset, h[i-1].metadata)
-			}
-		}
-	}
-	return ""
-}
-
-func (s *franzSampler) samples() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, h := range s.history {
-		n += len(h)
-	}
-	return n
+	}, ropts...)...), src: src}
 }
 
 func franzKey(i int) string { return fmt.Sprintf("key-%03d", i%256) }
@@ -383,13 +116,13 @@ func franzRecord(l *franzLedger) runner.Handler {
 func TestFranzConsumeAll(t *testing.T) {
 	const n = 20_000
 	topic, group := bed.Topic(t, 6), bed.Group(t)
-	offs := newFranzOffsets(t)
+	offs := bed.Cluster(t)
 	bed.Produce(t, topic, n, franzKey)
 	l := newFranzLedger()
 	m := franzStart(t, group, topic, franzRecord(l), nil)
-	franzWait(t, 2*time.Minute, "every record handled", func() bool { return l.count() >= n })
-	franzWait(t, 30*time.Second, "committed == end offsets", offs.atEnd(group, topic))
-	m.shutdown(t)
+	kafkatest.WaitFor(t, 2*time.Minute, "every record handled", func() bool { return l.count() >= n })
+	kafkatest.WaitFor(t, 30*time.Second, "committed == end offsets", offs.AtEnd(group, topic))
+	m.Stop(t)
 
 	ends := bed.EndOffsets(t, topic)
 	var total int64
@@ -437,8 +170,8 @@ func TestFranzTwoMembers(t *testing.T) {
 func franzTwoMembers(t *testing.T, opts func(member string) []franz.Option) {
 	const chunks, per = 20, 1000
 	topic, group := bed.Topic(t, 6), bed.Group(t)
-	offs := newFranzOffsets(t)
-	sampler := franzSample(t, group, topic)
+	offs := bed.Cluster(t)
+	sampler := offs.Sample(group, topic, 100*time.Millisecond)
 	la, lb := newFranzLedger(), newFranzLedger()
 	slow := func(l *franzLedger) runner.Handler {
 		return func(_ context.Context, rec runner.Record) error {
@@ -448,7 +181,7 @@ func franzTwoMembers(t *testing.T, opts func(member string) []franz.Option) {
 		}
 	}
 	a := franzStart(t, group, topic, slow(la), opts("a"), runner.Concurrency(8))
-	franzWait(t, 30*time.Second, "the first member owns every partition", func() bool { return a.src.ownedCount() == 6 })
+	kafkatest.WaitFor(t, 30*time.Second, "the first member owns every partition", func() bool { return a.Spy.OwnedCount() == 6 })
 	var b *franzMember
 	for c := range chunks {
 		bed.Produce(t, topic, per, func(i int) string { return franzKey(c*per + i) })
@@ -456,18 +189,18 @@ func franzTwoMembers(t *testing.T, opts func(member string) []franz.Option) {
 		case 6:
 			b = franzStart(t, group, topic, slow(lb), opts("b"), runner.Concurrency(8))
 		case 13:
-			franzWait(t, 30*time.Second, "both members own partitions", func() bool {
-				return a.src.ownedCount() > 0 && b.src.ownedCount() > 0
+			kafkatest.WaitFor(t, 30*time.Second, "both members own partitions", func() bool {
+				return a.Spy.OwnedCount() > 0 && b.Spy.OwnedCount() > 0
 			})
-			a.shutdown(t)
+			a.Stop(t)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	franzWait(t, 30*time.Second, "the second member owns every partition", func() bool { return b.src.ownedCount() == 6 })
-	franzWait(t, 2*time.Minute, "committed == end offsets", offs.atEnd(group, topic))
+	kafkatest.WaitFor(t, 30*time.Second, "the second member owns every partition", func() bool { return b.Spy.OwnedCount() == 6 })
+	kafkatest.WaitFor(t, 2*time.Minute, "committed == end offsets", offs.AtEnd(group, topic))
 	time.Sleep(300 * time.Millisecond) // a few more samples
-	b.shutdown(t)
-	sampler.close()
+	b.Stop(t)
+	sampler.Close()
 
 	ends := bed.EndOffsets(t, topic)
 	if miss := franzMissing(topic, ends, la, lb); miss != "" {
@@ -476,13 +209,13 @@ func franzTwoMembers(t *testing.T, opts func(member string) []franz.Option) {
 	if la.count() == 0 || lb.count() == 0 {
 		t.Errorf("members handled %d and %d records; want both > 0", la.count(), lb.count())
 	}
-	if back := sampler.backward(); back != "" {
+	if back := sampler.Backward(); back != "" {
 		t.Errorf("committed offset went backward: %s", back)
 	}
-	if len(sampler.errs) > 0 {
-		t.Errorf("sampling committed offsets failed %d times, first: %v", len(sampler.errs), sampler.errs[0])
+	if errs := sampler.Errs(); len(errs) > 0 {
+		t.Errorf("sampling committed offsets failed %d times, first: %v", len(errs), errs[0])
 	}
-	t.Logf("handled %d + %d records for %d; %d committed-offset changes sampled", la.count(), lb.count(), chunks*per, sampler.samples())
+	t.Logf("handled %d + %d records for %d; %d committed-offset changes sampled", la.count(), lb.count(), chunks*per, sampler.Changes())
 }
 
 // TestFranzTransactions: with committed and aborted transactions, every
@@ -492,7 +225,7 @@ func franzTwoMembers(t *testing.T, opts func(member string) []franz.Option) {
 func TestFranzTransactions(t *testing.T) {
 	const txns, per, parts = 30, 30, 3
 	topic, group := bed.Topic(t, parts), bed.Group(t)
-	offs := newFranzOffsets(t)
+	offs := bed.Cluster(t)
 	p := bed.Client(t, kgo.TransactionalID(bed.Name(t, "txn")), kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -530,8 +263,8 @@ func TestFranzTransactions(t *testing.T) {
 		return nil
 	}
 	m := franzStart(t, group, topic, h, nil)
-	franzWait(t, time.Minute, "committed == end offsets", offs.atEnd(group, topic))
-	m.shutdown(t)
+	kafkatest.WaitFor(t, time.Minute, "committed == end offsets", offs.AtEnd(group, topic))
+	m.Stop(t)
 
 	ends := bed.EndOffsets(t, topic)
 	for part, end := range ends {
@@ -619,9 +352,9 @@ func (s *netSwitch) restore() {
 func TestFranzLost(t *testing.T) {
 	const n, stuck = 2000, 20
 	topic, group := bed.Topic(t, 2), bed.Group(t)
-	offs := newFranzOffsets(t)
+	offs := bed.Cluster(t)
 	bed.Produce(t, topic, n, franzKey)
-	sampler := franzSample(t, group, topic)
+	sampler := offs.Sample(group, topic, 100*time.Millisecond)
 
 	var (
 		release  = make(chan struct{})
@@ -656,8 +389,8 @@ func TestFranzLost(t *testing.T) {
 			close(release) // let Shutdown finish on a failure path
 		}
 	}()
-	franzWait(t, time.Minute, "the first member commits up to the blocked records", func() bool {
-		got := offs.committed(group, topic)
+	kafkatest.WaitFor(t, time.Minute, "the first member commits up to the blocked records", func() bool {
+		got := offs.Committed(group, topic)
 		return got[0] == stuck && got[1] == stuck
 	})
 	oldID, _ := a.src.Client().GroupMetadata()
@@ -671,23 +404,23 @@ func TestFranzLost(t *testing.T) {
 	// after the loss would now move the committed offsets backward.
 	bed.Produce(t, topic, n, franzKey)
 	b := franzStart(t, group, topic, franzRecord(lb), nil)
-	franzWait(t, time.Minute, "the first member reports both partitions lost", func() bool { return len(a.src.lostTPs()) == 2 })
-	franzWait(t, time.Minute, "the second member commits the end offsets", offs.atEnd(group, topic))
+	kafkatest.WaitFor(t, time.Minute, "the first member reports both partitions lost", func() bool { return len(a.Spy.LostAt()) == 2 })
+	kafkatest.WaitFor(t, time.Minute, "the second member commits the end offsets", offs.AtEnd(group, topic))
 	t.Logf("lost %v after the cut; the second member finished", time.Since(cutAt).Round(time.Millisecond))
 
 	sw.restore()
-	franzWait(t, time.Minute, "the first member rejoins", func() bool {
+	kafkatest.WaitFor(t, time.Minute, "the first member rejoins", func() bool {
 		id, _ := a.src.Client().GroupMetadata()
 		return id != "" && id != oldID
 	})
 	lostAt := time.Now()
-	for _, at := range a.src.lostTPs() {
+	for _, at := range a.Spy.LostAt() {
 		if at.Before(lostAt) {
 			lostAt = at
 		}
 	}
 	close(release)
-	franzWait(t, 10*time.Second, "the late completions", func() bool {
+	kafkatest.WaitFor(t, 10*time.Second, "the late completions", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(late) == 2
@@ -701,19 +434,17 @@ func TestFranzLost(t *testing.T) {
 			t.Errorf("partition %d committed %d after the late completions, want the end %d", p, got[p], end)
 		}
 	}
-	sampler.close()
-	if back := sampler.backward(); back != "" {
+	sampler.Close()
+	if back := sampler.Backward(); back != "" {
 		t.Errorf("committed offset went backward: %s", back)
 	}
-	sampler.mu.Lock()
-	for p, h := range sampler.history {
+	for p, h := range sampler.History() {
 		for _, c := range h {
-			if c.metadata == oldID && c.at.After(lostAt) {
-				t.Errorf("partition %d: commit of %d by the lost member %s at %v, after it was lost", p, c.offset, oldID, c.at.Format(time.RFC3339Nano))
+			if c.Metadata == oldID && c.At.After(lostAt) {
+				t.Errorf("partition %d: commit of %d by the lost member %s at %v, after it was lost", p, c.Offset, oldID, c.At.Format(time.RFC3339Nano))
 			}
 		}
 	}
-	sampler.mu.Unlock()
 	mu.Lock()
 	for tp := range blocked {
 		if !cancelOK[tp] {
@@ -722,8 +453,8 @@ func TestFranzLost(t *testing.T) {
 	}
 	mu.Unlock()
 
-	a.shutdown(t)
-	b.shutdown(t)
+	a.Stop(t)
+	b.Stop(t)
 	if miss := franzMissing(topic, ends, la, lb); miss != "" {
 		t.Errorf("%s never handled", miss)
 	}

@@ -66,43 +66,6 @@ func (m *member) stop(t *testing.T) {
 	}
 }
 
-// commitWatch samples a group's committed offsets and records the first
-// time one goes backward (invariant 2, across members and rebalances).
-type commitWatch struct {
-	mu        sync.Mutex
-	last      map[int32]int64
-	violation string
-	samples   int
-}
-
-func watchCommits(t *testing.T, ctx context.Context, group, topic string) *commitWatch {
-	w := &commitWatch{last: map[int32]int64{}}
-	adm := bed.Admin(t)
-	go func() {
-		for ctx.Err() == nil {
-			resp, err := adm.FetchOffsetsForTopics(ctx, group, topic)
-			if err == nil && resp.Error() == nil {
-				w.mu.Lock()
-				for p, o := range resp[topic] {
-					if prev, ok := w.last[p]; ok && o.At < prev && w.violation == "" {
-						w.violation = fmt.Sprintf("partition %d: committed offset went back from %d to %d", p, prev, o.At)
-					}
-					if o.At >= 0 {
-						w.last[p] = o.At
-					}
-				}
-				w.samples++
-				w.mu.Unlock()
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
-	return w
-}
-
 // TestRebalanceStorm: three members (then others) join and leave every few
 // seconds while 200,000 keyed records over 12 partitions are handled with
 // random latency. At the end every record was handled at least once, the
@@ -161,9 +124,7 @@ func TestRebalanceStorm(t *testing.T) {
 		}
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	watch := watchCommits(t, ctx, group, topic)
+	watch := bed.Cluster(t).Sample(group, topic, 100*time.Millisecond)
 
 	var members []*member
 	n := 0
@@ -204,20 +165,18 @@ func TestRebalanceStorm(t *testing.T) {
 	for _, m := range members {
 		m.stop(t)
 	}
-	cancel()
+	watch.Close()
 	mu.Lock()
 	defer mu.Unlock()
-	watch.mu.Lock()
-	defer watch.mu.Unlock()
 	if violation != "" {
 		t.Fatal(violation)
 	}
-	if watch.violation != "" {
-		t.Fatal(watch.violation)
+	if back := watch.Backward(); back != "" {
+		t.Fatal("committed offset went backward:", back)
 	}
-	if watch.samples < 10 {
-		t.Fatalf("only %d commit samples: the backward check saw too little", watch.samples)
+	if watch.Polls() < 10 {
+		t.Fatalf("only %d commit samples: the backward check saw too little", watch.Polls())
 	}
 	t.Logf("%d records, %d handlings (%d replays), %d joins, %d leaves, %d commit samples",
-		records, total.Load(), total.Load()-records, joins, leaves, watch.samples)
+		records, total.Load(), total.Load()-records, joins, leaves, watch.Polls())
 }

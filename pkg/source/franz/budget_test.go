@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 )
 
@@ -12,9 +13,9 @@ import (
 // runner's budget like every later one; it used MaxPollRecords (500), which
 // pushed a partition far past a lower high water mark (invariant 6).
 func TestFirstPollRespectsHighWaterMark(t *testing.T) {
-	c := newCluster(t)
-	c.topic(t, "fp", 1)
-	c.produce(t, "fp", 1, 400, 400)
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("fp", 1)
+	produce(c, "fp", 1, 400, 400)
 	release := make(chan struct{})
 	h := func(ctx context.Context, rec runner.Record) error {
 		select {
@@ -29,14 +30,14 @@ func TestFirstPollRespectsHighWaterMark(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	max := 0
 	for time.Now().Before(deadline) {
-		for _, p := range m.r.Stats().Partitions {
+		for _, p := range m.Runner.Stats().Partitions {
 			if p.Buffered > max {
 				max = p.Buffered
 			}
 		}
 		if max > 0 {
 			time.Sleep(100 * time.Millisecond)
-			for _, p := range m.r.Stats().Partitions {
+			for _, p := range m.Runner.Stats().Partitions {
 				if p.Buffered > max {
 					max = p.Buffered
 				}

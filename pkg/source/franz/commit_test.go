@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 )
@@ -22,20 +23,20 @@ import (
 // release is called, without stopping the rest of the cluster (kfake's
 // SleepControl). held is closed once the commit is being held. release is
 // safe to call more than once, and the test's cleanup calls it.
-func holdCommit(t *testing.T, c *cluster, group string) (held <-chan struct{}, release func()) {
+func holdCommit(t *testing.T, c *kafkatest.Cluster, group string) (held <-chan struct{}, release func()) {
 	t.Helper()
 	heldCh, releaseCh := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	release = func() { once.Do(func() { close(releaseCh) }) }
 	t.Cleanup(release)
 	var taken atomic.Bool
-	c.c.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+	c.Fake.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		if req.(*kmsg.OffsetCommitRequest).Group != group || !taken.CompareAndSwap(false, true) {
-			c.c.KeepControl()
+			c.Fake.KeepControl()
 			return nil, nil, false
 		}
 		close(heldCh)
-		c.c.SleepControl(func() { <-releaseCh })
+		c.Fake.SleepControl(func() { <-releaseCh })
 		return nil, nil, false // the cluster answers it as usual once released
 	})
 	return heldCh, release
@@ -48,8 +49,8 @@ func holdCommit(t *testing.T, c *cluster, group string) (held <-chan struct{}, r
 // fetching (issue 13: 1 of 20 records handled in 2 s while a commit was
 // delayed by 3 s).
 func TestSlowCommitDoesNotStallFetching(t *testing.T) {
-	c := newCluster(t)
-	c.topic(t, "t", 2)
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("t", 2)
 	h := newHandled()
 	// A commit on hold also holds the requests queued behind it on its
 	// connection (heartbeats among them): a long session keeps the member
@@ -59,7 +60,7 @@ func TestSlowCommitDoesNotStallFetching(t *testing.T) {
 		runner.CommitTimeout(time.Minute))
 	// The commit of the first records is held.
 	held, release := holdCommit(t, c, "g")
-	c.produce(t, "t", 2, 1, 1)
+	produce(c, "t", 2, 1, 1)
 	select {
 	case <-held:
 	case <-time.After(10 * time.Second):
@@ -68,7 +69,7 @@ func TestSlowCommitDoesNotStallFetching(t *testing.T) {
 	// One at a time, so that they take more than the poll that may have
 	// been waiting already when the commit went out.
 	for range 10 {
-		c.produce(t, "t", 2, 1, 1)
+		produce(c, "t", 2, 1, 1)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for h.count() < 22 && time.Now().Before(deadline) {
@@ -119,7 +120,7 @@ func requestTPs(req *kmsg.OffsetCommitRequest) []runner.TP {
 // committed later (invariant 4 at the broker) — without a lock held across
 // the commit's round trip.
 func TestLostWaitsForSentCommit(t *testing.T) {
-	src, err := franz.New([]string{"127.0.0.1:1"}, "g", []string{"t"}, franz.Logger(testLogger(t)))
+	src, err := franz.New([]string{"127.0.0.1:1"}, "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,12 +182,12 @@ func TestLostWaitsForSentCommit(t *testing.T) {
 // (they did: issue 13 §3).
 func TestRejoinNeverCommitsBackward(t *testing.T) {
 	const records, ahead = 2000, 1900
-	c := newCluster(t)
-	c.topic(t, "t", 1)
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("t", 1)
 	// Small batches and small fetches: the member's own position stays
 	// far behind the offset another member commits.
 	for range records / 10 {
-		c.produce(t, "t", 1, 10, 10)
+		produce(c, "t", 1, 10, 10)
 	}
 	tp := runner.TP{Topic: "t", Partition: 0}
 	var l hookLog
@@ -202,8 +203,8 @@ func TestRejoinNeverCommitsBackward(t *testing.T) {
 			franz.ClientOptions(kgo.FetchMaxBytes(2000), kgo.FetchMaxPartitionBytes(2000))},
 		runner.OnAssign(runner.PerPartition(l.hook)), runner.CommitInterval(5*time.Millisecond),
 		runner.Concurrency(1), runner.WaterMarks(40, 20))
-	waitFor(t, 20*time.Second, "the first assignment and some commits", func() bool {
-		return len(l.all()) == 1 && c.committed(t, "g")[tp] >= 20
+	kafkatest.WaitFor(t, 20*time.Second, "the first assignment and some commits", func() bool {
+		return len(l.all()) == 1 && c.Committed("g", tp.Topic)[tp.Partition] >= 20
 	})
 	oldID, _ := m.src.Client().GroupMetadata()
 
@@ -212,12 +213,12 @@ func TestRejoinNeverCommitsBackward(t *testing.T) {
 	// rejoin makes.
 	joinHeld, releaseJoin := make(chan struct{}), make(chan struct{})
 	var joinTaken atomic.Bool
-	c.c.ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
+	c.Fake.ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
 		if !joinTaken.CompareAndSwap(false, true) {
 			return nil, nil, false
 		}
 		close(joinHeld)
-		c.c.SleepControl(func() { <-releaseJoin })
+		c.Fake.SleepControl(func() { <-releaseJoin })
 		return nil, nil, false
 	})
 	defer func() {
@@ -227,14 +228,7 @@ func TestRejoinNeverCommitsBackward(t *testing.T) {
 			close(releaseJoin)
 		}
 	}()
-	req := kmsg.NewPtrLeaveGroupRequest()
-	req.Group = "g"
-	mem := kmsg.NewLeaveGroupRequestMember()
-	mem.MemberID = oldID
-	req.Members = append(req.Members, mem)
-	if _, err := req.RequestWith(context.Background(), c.cl); err != nil {
-		t.Fatalf("removing the member: %v", err)
-	}
+	c.Evict("g", oldID)
 	select {
 	case <-joinHeld:
 	case <-time.After(10 * time.Second):
@@ -244,11 +238,11 @@ func TestRejoinNeverCommitsBackward(t *testing.T) {
 	defer cancel()
 	os := kadm.Offsets{}
 	os.Add(kadm.Offset{Topic: "t", Partition: 0, At: ahead, LeaderEpoch: -1})
-	if resp, err := c.adm.CommitOffsets(ctx, "g", os); err != nil || resp.Error() != nil {
+	if resp, err := c.Admin().CommitOffsets(ctx, "g", os); err != nil || resp.Error() != nil {
 		t.Fatalf("committing %d as another consumer: %v %v", ahead, err, resp.Error())
 	}
 	var failedReads atomic.Int32
-	c.c.ControlKey(int16(kmsg.OffsetFetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+	c.Fake.ControlKey(int16(kmsg.OffsetFetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		req := kreq.(*kmsg.OffsetFetchRequest)
 		resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
@@ -262,7 +256,7 @@ func TestRejoinNeverCommitsBackward(t *testing.T) {
 	})
 	close(releaseJoin)
 
-	waitFor(t, 20*time.Second, "the partition assigned again under a new member id", func() bool {
+	kafkatest.WaitFor(t, 20*time.Second, "the partition assigned again under a new member id", func() bool {
 		all := l.all()
 		return len(all) >= 2 && all[len(all)-1].Member != oldID
 	})
@@ -274,7 +268,7 @@ func TestRejoinNeverCommitsBackward(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		got := c.committed(t, "g")[tp]
+		got := c.Committed("g", tp.Topic)[tp.Partition]
 		if got < ahead {
 			t.Fatalf("the group's committed offset went back from %d to %d after the rejoin", ahead, got)
 		}
@@ -286,5 +280,5 @@ func TestRejoinNeverCommitsBackward(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	m.shutdown(t)
+	m.Stop(t)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 )
@@ -77,16 +78,16 @@ func (s *flapSink) hands() (n int, early []runner.TP) {
 // O(paused) per toggle); and every record still arrives once, in order.
 func TestFlowTogglesBatchedPerPoll(t *testing.T) {
 	const parts, per = 8, 100
-	c := newCluster(t)
-	c.topic(t, "t", parts)
-	c.topic(t, "idle", 4)
-	c.topic(t, "pace", 1)
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("t", parts)
+	c.CreateTopic("idle", 4)
+	c.CreateTopic("pace", 1)
 	// Ten batches per partition and fetches of one batch per partition:
 	// several polls.
 	for range 10 {
-		c.produce(t, "t", parts, per/10, 10)
+		produce(c, "t", parts, per/10, 10)
 	}
-	src, err := franz.New(c.addrs, "g", []string{"t", "idle", "pace"}, franz.Logger(testLogger(t)),
+	src, err := franz.New(c.Brokers(), "g", []string{"t", "idle", "pace"}, franz.Logger(kafkatest.Logger(t)),
 		franz.ClientOptions(kgo.FetchMaxPartitionBytes(1)))
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +113,7 @@ func TestFlowTogglesBatchedPerPoll(t *testing.T) {
 			// Not c.produce: t.Fatal is for the test's goroutine, and a
 			// failed pace record only slows the test.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			c.cl.ProduceSync(ctx, &kgo.Record{Topic: "pace", Value: []byte("x")})
+			c.Client().ProduceSync(ctx, &kgo.Record{Topic: "pace", Value: []byte("x")})
 			cancel()
 		}
 	}()
@@ -157,9 +158,9 @@ func TestFlowTogglesBatchedPerPoll(t *testing.T) {
 // records at once: the resume, which the source tells the client with its
 // next poll, ends the poll that would otherwise wait for data forever.
 func TestResumeEndsIdlePoll(t *testing.T) {
-	c := newCluster(t)
-	c.topic(t, "t", 2)
-	src, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)))
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("t", 2)
+	src, err := franz.New(c.Brokers(), "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestResumeEndsIdlePoll(t *testing.T) {
 	take := func(d time.Duration, tp runner.TP, n int) {
 		takeBatches(sink.batches, got, d, func() bool { return len(got[tp]) >= n }, func(runner.Batch) {})
 	}
-	c.produce(t, "t", 2, 5, 5)
+	produce(c, "t", 2, 5, 5)
 	take(15*time.Second, p0, 5)
 	take(5*time.Second, p1, 5)
 	produceTo := func(tp runner.TP, n int) {
@@ -178,7 +179,7 @@ func TestResumeEndsIdlePoll(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		for range n {
-			if err := c.cl.ProduceSync(ctx, &kgo.Record{Topic: tp.Topic, Partition: tp.Partition, Value: []byte("v")}).FirstErr(); err != nil {
+			if err := c.Client().ProduceSync(ctx, &kgo.Record{Topic: tp.Topic, Partition: tp.Partition, Value: []byte("v")}).FirstErr(); err != nil {
 				t.Fatalf("produce to %s: %v", tp, err)
 			}
 		}

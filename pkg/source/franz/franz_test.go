@@ -4,21 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 	"github.com/tidemark/tidemark/pkg/watermark"
@@ -26,140 +23,12 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// testLogger logs at warn level, or at TIDEMARK_TEST_LOG (debug, info) when
-// set, to the test's output.
-func testLogger(t *testing.T) *slog.Logger {
-	level := slog.LevelWarn
-	switch os.Getenv("TIDEMARK_TEST_LOG") {
-	case "debug":
-		level = slog.LevelDebug
-	case "info":
-		level = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
-}
-
-// cluster is an in-process kfake cluster with an admin client and a producer
-// that writes to the partition each record names.
-type cluster struct {
-	c     *kfake.Cluster
-	addrs []string
-	cl    *kgo.Client
-	adm   *kadm.Client
-}
-
-func newCluster(t *testing.T, opts ...kfake.Opt) *cluster {
-	t.Helper()
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100 * time.Millisecond)}, opts...)...)
-	if err != nil {
-		t.Fatalf("kfake: %v", err)
-	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(c.ListenAddrs()...),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-	)
-	if err != nil {
-		c.Close()
-		t.Fatalf("client: %v", err)
-	}
-	t.Cleanup(func() {
-		cl.Close()
-		c.Close()
-	})
-	return &cluster{c: c, addrs: c.ListenAddrs(), cl: cl, adm: kadm.NewClient(cl)}
-}
-
-func (c *cluster) topic(t *testing.T, name string, partitions int32) {
-	t.Helper()
-	if err := c.c.CreateTopic(name, partitions, nil); err != nil {
-		t.Fatalf("create topic %s: %v", name, err)
-	}
-}
-
-// produce writes perPartition records to each of partitions, keyed
-// k<partition>-<i%keys>, and returns them.
-func (c *cluster) produce(t *testing.T, topic string, partitions int32, perPartition, keys int) {
-	t.Helper()
-	var recs []*kgo.Record
-	for p := range partitions {
-		for i := range perPartition {
-			recs = append(recs, &kgo.Record{
-				Topic:     topic,
-				Partition: p,
-				Key:       []byte(fmt.Sprintf("k%d-%d", p, i%keys)),
-				Value:     []byte(strconv.Itoa(i)),
-				Headers:   []kgo.RecordHeader{{Key: "i", Value: []byte(strconv.Itoa(i))}},
-			})
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatalf("produce: %v", err)
-	}
-}
-
-func (c *cluster) committed(t *testing.T, group string) map[runner.TP]int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	os, err := c.adm.FetchOffsets(ctx, group)
-	if errors.Is(err, kerr.GroupIDNotFound) {
-		return map[runner.TP]int64{}
-	}
-	if err != nil {
-		t.Fatalf("fetch offsets: %v", err)
-	}
-	out := map[runner.TP]int64{}
-	os.Each(func(o kadm.OffsetResponse) {
-		if o.Err == nil && o.At >= 0 {
-			out[runner.TP{Topic: o.Topic, Partition: o.Partition}] = o.At
-		}
-	})
-	return out
-}
-
-func (c *cluster) ends(t *testing.T, topics ...string) map[runner.TP]int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ls, err := c.adm.ListEndOffsets(ctx, topics...)
-	if err != nil {
-		t.Fatalf("list end offsets: %v", err)
-	}
-	out := map[runner.TP]int64{}
-	ls.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			t.Fatalf("end offset of %s/%d: %v", o.Topic, o.Partition, o.Err)
-		}
-		out[runner.TP{Topic: o.Topic, Partition: o.Partition}] = o.Offset
-	})
-	return out
-}
-
-// waitFor polls cond every 20ms until it holds or the timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func committedAtEnd(t *testing.T, c *cluster, group string, topics ...string) func() bool {
-	return func() bool {
-		ends := c.ends(t, topics...)
-		got := c.committed(t, group)
-		for tp, end := range ends {
-			if got[tp] != end {
-				return false
-			}
-		}
-		return true
-	}
+// produce writes perPartition records to each of partitions of topic,
+// keyed k<partition>-<i%keys> (see kafkatest.Spread).
+func produce(c *kafkatest.Cluster, topic string, partitions int32, perPartition, keys int) {
+	c.Produce(kafkatest.Spread(topic, partitions, perPartition, func(p int32, i int) string {
+		return fmt.Sprintf("k%d-%d", p, i%keys)
+	})...)
 }
 
 // handled records every handler call.
@@ -206,93 +75,26 @@ func distinct(hs ...*handled) map[runner.TP]map[int64]bool {
 	return out
 }
 
-// spy wraps a Source and records what it reports to the runner.
-type spy struct {
-	*franz.Source
-	mu    sync.Mutex
-	owned map[runner.TP]bool
-	lost  []runner.TP
-}
-
-func newSpy(src *franz.Source) *spy { return &spy{Source: src, owned: map[runner.TP]bool{}} }
-
-func (s *spy) Run(ctx context.Context, sink runner.Sink) error {
-	return s.Source.Run(ctx, spySink{Sink: sink, s: s})
-}
-
-func (s *spy) ownedTPs() []runner.TP {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []runner.TP
-	for tp := range s.owned {
-		out = append(out, tp)
-	}
-	return out
-}
-
-func (s *spy) lostTPs() []runner.TP {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.lost)
-}
-
-type spySink struct {
-	runner.Sink
-	s *spy
-}
-
-func (k spySink) Assigned(ctx context.Context, parts []runner.Assignment) error {
-	err := k.Sink.Assigned(ctx, parts)
-	k.s.mu.Lock()
-	for _, a := range parts {
-		k.s.owned[a.TP] = true
-	}
-	k.s.mu.Unlock()
-	return err
-}
-
-func (k spySink) Revoked(ctx context.Context, tps []runner.TP, deadline time.Time) error {
-	err := k.Sink.Revoked(ctx, tps, deadline)
-	k.s.mu.Lock()
-	for _, tp := range tps {
-		delete(k.s.owned, tp)
-	}
-	k.s.mu.Unlock()
-	return err
-}
-
-func (k spySink) Lost(ctx context.Context, tps []runner.TP) error {
-	k.s.mu.Lock()
-	for _, tp := range tps {
-		delete(k.s.owned, tp)
-	}
-	k.s.lost = append(k.s.lost, tps...)
-	k.s.mu.Unlock()
-	return k.Sink.Lost(ctx, tps)
-}
-
-// member is one runner over one franz Source.
+// member is one runner over one spied franz Source.
 type member struct {
-	src  *spy
-	r    *runner.Runner
-	done chan error
+	*kafkatest.Member
+	src *franz.Source
 }
 
-func startMember(t *testing.T, c *cluster, group string, topics []string, h runner.Handler, fopts []franz.Option, ropts ...runner.Option) *member {
+func startMember(t *testing.T, c *kafkatest.Cluster, group string, topics []string, h runner.Handler, fopts []franz.Option, ropts ...runner.Option) *member {
 	t.Helper()
 	fopts = append([]franz.Option{
-		franz.Logger(testLogger(t)),
+		franz.Logger(kafkatest.Logger(t)),
 		franz.SessionTimeout(3 * time.Second),
 		franz.HeartbeatInterval(300 * time.Millisecond),
 		franz.RebalanceTimeout(10 * time.Second),
 	}, fopts...)
-	src, err := franz.New(c.addrs, group, topics, fopts...)
+	src, err := franz.New(c.Brokers(), group, topics, fopts...)
 	if err != nil {
 		t.Fatalf("franz.New: %v", err)
 	}
-	s := newSpy(src)
 	opts := []runner.Option{
-		runner.Logger(testLogger(t)),
+		runner.Logger(kafkatest.Logger(t)),
 		runner.CommitInterval(50 * time.Millisecond),
 		runner.DrainBudget(3 * time.Second),
 		runner.Concurrency(8),
@@ -300,32 +102,7 @@ func startMember(t *testing.T, c *cluster, group string, topics []string, h runn
 	for _, tp := range topics {
 		opts = append(opts, runner.Handle(tp, h))
 	}
-	r, err := runner.New(s, append(opts, ropts...)...)
-	if err != nil {
-		src.Close()
-		t.Fatalf("runner.New: %v", err)
-	}
-	m := &member{src: s, r: r, done: make(chan error, 1)}
-	go func() { m.done <- r.Run(context.Background()) }()
-	t.Cleanup(func() { m.shutdown(t) })
-	return m
-}
-
-// shutdown stops the member gracefully; later calls do nothing.
-func (m *member) shutdown(t *testing.T) {
-	t.Helper()
-	if m.done == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := m.r.Shutdown(ctx); err != nil {
-		t.Errorf("Shutdown: %v", err)
-	}
-	if err := <-m.done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
-	m.done = nil
+	return &member{Member: kafkatest.Start(t, "", src, 15*time.Second, append(opts, ropts...)...), src: src}
 }
 
 func record(h *handled) runner.Handler {
@@ -351,14 +128,14 @@ func TestConsumeCommitsEnd(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			const parts, per = 3, 200
-			c := newCluster(t)
-			c.topic(t, "orders", parts)
-			c.produce(t, "orders", parts, per, 7)
+			c := kafkatest.NewFake(t)
+			c.CreateTopic("orders", parts)
+			produce(c, "orders", parts, per, 7)
 			h := newHandled()
 			m := startMember(t, c, "g", []string{"orders"}, record(h), tc.opts)
-			waitFor(t, 20*time.Second, "every record handled", func() bool { return h.count() >= parts*per })
-			waitFor(t, 10*time.Second, "committed == end offsets", committedAtEnd(t, c, "g", "orders"))
-			m.shutdown(t)
+			kafkatest.WaitFor(t, 20*time.Second, "every record handled", func() bool { return h.count() >= parts*per })
+			kafkatest.WaitFor(t, 10*time.Second, "committed == end offsets", c.AtEnd("g", "orders"))
+			m.Stop(t)
 
 			if n := h.count(); n != parts*per {
 				t.Errorf("handled %d records, want exactly %d", n, parts*per)
@@ -368,9 +145,9 @@ func TestConsumeCommitsEnd(t *testing.T) {
 					t.Errorf("key %s handled out of offset order: %v", key, offs)
 				}
 			}
-			for tp, end := range c.ends(t, "orders") {
+			for p, end := range c.Ends("orders") {
 				if end != per {
-					t.Errorf("%s end %d, want %d", tp, end, per)
+					t.Errorf("orders/%d end %d, want %d", p, end, per)
 				}
 			}
 		})
@@ -382,26 +159,26 @@ func TestConsumeCommitsEnd(t *testing.T) {
 // record and commit the end offsets.
 func TestTwoMembersShare(t *testing.T) {
 	const parts = 4
-	c := newCluster(t)
-	c.topic(t, "t", parts)
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("t", parts)
 	h1, h2 := newHandled(), newHandled()
 	m1 := startMember(t, c, "g", []string{"t"}, record(h1), nil)
 	m2 := startMember(t, c, "g", []string{"t"}, record(h2), nil)
-	waitFor(t, 20*time.Second, "both members own partitions", func() bool {
-		a, b := m1.src.ownedTPs(), m2.src.ownedTPs()
+	kafkatest.WaitFor(t, 20*time.Second, "both members own partitions", func() bool {
+		a, b := m1.Spy.Owned(), m2.Spy.Owned()
 		return len(a) > 0 && len(b) > 0 && len(a)+len(b) == parts
 	})
-	c.produce(t, "t", parts, 100, 5)
-	waitFor(t, 20*time.Second, "first batch handled", func() bool { return h1.count()+h2.count() >= parts*100 })
+	produce(c, "t", parts, 100, 5)
+	kafkatest.WaitFor(t, 20*time.Second, "first batch handled", func() bool { return h1.count()+h2.count() >= parts*100 })
 	if h1.count() == 0 || h2.count() == 0 {
 		t.Fatalf("members handled %d and %d records; want both > 0", h1.count(), h2.count())
 	}
 
-	m1.shutdown(t)
-	waitFor(t, 20*time.Second, "the remaining member owns every partition", func() bool { return len(m2.src.ownedTPs()) == parts })
-	c.produce(t, "t", parts, 100, 5)
-	waitFor(t, 20*time.Second, "committed == end offsets", committedAtEnd(t, c, "g", "t"))
-	m2.shutdown(t)
+	m1.Stop(t)
+	kafkatest.WaitFor(t, 20*time.Second, "the remaining member owns every partition", func() bool { return len(m2.Spy.Owned()) == parts })
+	produce(c, "t", parts, 100, 5)
+	kafkatest.WaitFor(t, 20*time.Second, "committed == end offsets", c.AtEnd("g", "t"))
+	m2.Stop(t)
 
 	all := distinct(h1, h2)
 	for p := range int32(parts) {
@@ -418,10 +195,10 @@ func TestTwoMembersShare(t *testing.T) {
 // dead-letter topic through the Source, with its key, value and headers, and
 // only then committed past.
 func TestDeadLetter(t *testing.T) {
-	c := newCluster(t)
-	c.topic(t, "in", 1)
-	c.topic(t, "dlq", 1)
-	c.produce(t, "in", 1, 10, 10)
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("in", 1)
+	c.CreateTopic("dlq", 1)
+	produce(c, "in", 1, 10, 10)
 	h := newHandled()
 	fail := func(ctx context.Context, rec runner.Record) error {
 		if string(rec.Key) == "k0-3" {
@@ -432,12 +209,12 @@ func TestDeadLetter(t *testing.T) {
 	}
 	m := startMember(t, c, "g", []string{"in"}, fail, nil,
 		runner.Failure(runner.DeadLetter("dlq", 2, nil)), runner.Backoff(time.Millisecond, 5*time.Millisecond))
-	waitFor(t, 20*time.Second, "committed == end offsets", committedAtEnd(t, c, "g", "in"))
-	m.shutdown(t)
+	kafkatest.WaitFor(t, 20*time.Second, "committed == end offsets", c.AtEnd("g", "in"))
+	m.Stop(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.ConsumeTopics("dlq"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers()...), kgo.ConsumeTopics("dlq"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,8 +247,8 @@ func TestDeadLetter(t *testing.T) {
 // TestDeadLetterMissingTopic: a write to a topic that does not exist fails
 // with the broker's error instead of hanging.
 func TestDeadLetterMissingTopic(t *testing.T) {
-	c := newCluster(t)
-	src, err := franz.New(c.addrs, "g", []string{"in"}, franz.Logger(testLogger(t)))
+	c := kafkatest.NewFake(t)
+	src, err := franz.New(c.Brokers(), "g", []string{"in"}, franz.Logger(kafkatest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,9 +320,9 @@ func takeBatches(batches <-chan runner.Batch, got map[runner.TP][]int64, d time.
 // TestPause: a paused partition gets no records until it is resumed, while
 // the others keep flowing; batches carry the position and high watermark.
 func TestPause(t *testing.T) {
-	c := newCluster(t)
-	c.topic(t, "t", 2)
-	src, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)))
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("t", 2)
+	src, err := franz.New(c.Brokers(), "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -567,7 +344,7 @@ func TestPause(t *testing.T) {
 	}
 	p0, p1 := runner.TP{Topic: "t", Partition: 0}, runner.TP{Topic: "t", Partition: 1}
 	src.Pause([]runner.TP{p0})
-	c.produce(t, "t", 2, 10, 10)
+	produce(c, "t", 2, 10, 10)
 
 	got := map[runner.TP][]int64{}
 	take := func(d time.Duration, until func() bool) {
@@ -623,10 +400,10 @@ func (s *pauseSink) Fetched(_ context.Context, bs []runner.Batch) (int, error) {
 // does not fetch that partition meanwhile — and then they come in offset
 // order, none lost or repeated, with the position after the last.
 func TestPauseWhileHeld(t *testing.T) {
-	c := newCluster(t)
-	c.topic(t, "t", 2)
-	c.produce(t, "t", 2, 200, 10) // before the start: the first poll takes them all
-	src, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)))
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("t", 2)
+	produce(c, "t", 2, 200, 10) // before the start: the first poll takes them all
+	src, err := franz.New(c.Brokers(), "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -659,7 +436,7 @@ func TestPauseWhileHeld(t *testing.T) {
 	// More records while partition 0 is paused: partition 1 gets them,
 	// partition 0 nothing, over several polls (parkWait is 10ms,
 	// FetchMaxWait 500ms).
-	c.produce(t, "t", 2, 50, 10)
+	produce(c, "t", 2, 50, 10)
 	take(10*time.Second, func() bool { return len(got[p1]) == 250 })
 	take(1500*time.Millisecond, func() bool { return false })
 	if len(got[p1]) != 250 || len(got[p0]) != held {
@@ -687,9 +464,9 @@ func TestPauseWhileHeld(t *testing.T) {
 // committed ones exactly once, and the committed offset reaches the end of
 // the partition past the last transaction marker (lag 0).
 func TestTransactions(t *testing.T) {
-	c := newCluster(t)
-	c.topic(t, "tx", 1)
-	p, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.TransactionalID("tx-1"),
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("tx", 1)
+	p, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers()...), kgo.TransactionalID("tx-1"),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
@@ -724,9 +501,9 @@ func TestTransactions(t *testing.T) {
 		return nil
 	}
 	m := startMember(t, c, "g", []string{"tx"}, h, nil)
-	waitFor(t, 20*time.Second, "committed == end offset", committedAtEnd(t, c, "g", "tx"))
-	m.shutdown(t)
-	if end := c.ends(t, "tx")[runner.TP{Topic: "tx"}]; end != 24 {
+	kafkatest.WaitFor(t, 20*time.Second, "committed == end offset", c.AtEnd("g", "tx"))
+	m.Stop(t)
+	if end := c.Ends("tx")[0]; end != 24 {
 		t.Errorf("end offset %d, want 24 (20 records and 4 markers)", end)
 	}
 	mu.Lock()
@@ -748,9 +525,9 @@ func TestTransactions(t *testing.T) {
 // cancelled, and its late completion commits nothing: the committed offset
 // stays below the unfinished record until the new assignment finishes it.
 func TestLost(t *testing.T) {
-	c := newCluster(t)
-	c.topic(t, "t", 1)
-	c.produce(t, "t", 1, 10, 10)
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("t", 1)
+	produce(c, "t", 1, 10, 10)
 
 	const stuck = 5
 	var (
@@ -780,10 +557,10 @@ func TestLost(t *testing.T) {
 	m := startMember(t, c, "g", []string{"t"}, h,
 		[]franz.Option{franz.SessionTimeout(time.Second), franz.HeartbeatInterval(100 * time.Millisecond), franz.RebalanceTimeout(2 * time.Second)})
 	tp := runner.TP{Topic: "t", Partition: 0}
-	waitFor(t, 20*time.Second, "commit up to the stuck record", func() bool { return c.committed(t, "g")[tp] == stuck })
+	kafkatest.WaitFor(t, 20*time.Second, "commit up to the stuck record", func() bool { return c.Committed("g", tp.Topic)[tp.Partition] == stuck })
 
-	c.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Group: "g", Err: kerr.UnknownMemberID})
-	waitFor(t, 20*time.Second, "the partition reported lost", func() bool { return len(m.src.lostTPs()) > 0 })
+	c.Fake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Group: "g", Err: kerr.UnknownMemberID})
+	kafkatest.WaitFor(t, 20*time.Second, "the partition reported lost", func() bool { return len(m.Spy.Lost()) > 0 })
 	select {
 	case <-cancelled:
 	case <-time.After(5 * time.Second):
@@ -792,14 +569,14 @@ func TestLost(t *testing.T) {
 	close(release1)
 	// The member rejoins and gets the partition back; the redelivered
 	// record is held, so nothing may pass it.
-	waitFor(t, 20*time.Second, "the redelivery", func() bool { mu.Lock(); defer mu.Unlock(); return calls >= 2 })
+	kafkatest.WaitFor(t, 20*time.Second, "the redelivery", func() bool { mu.Lock(); defer mu.Unlock(); return calls >= 2 })
 	time.Sleep(500 * time.Millisecond) // ten commit intervals
-	if got := c.committed(t, "g")[tp]; got != stuck {
+	if got := c.Committed("g", tp.Topic)[tp.Partition]; got != stuck {
 		t.Fatalf("committed %d after the lost attempt finished late; want %d", got, stuck)
 	}
 	close(release2)
-	waitFor(t, 20*time.Second, "committed == end offsets", committedAtEnd(t, c, "g", "t"))
-	m.shutdown(t)
+	kafkatest.WaitFor(t, 20*time.Second, "committed == end offsets", c.AtEnd("g", "t"))
+	m.Stop(t)
 }
 
 // TestNewValidates: New refuses bad arguments and options with a
@@ -840,10 +617,10 @@ func TestNewValidates(t *testing.T) {
 			}
 		})
 	}
-	if _, err := franz.New([]string{"x:1"}, "g", []string{"t"}, franz.Logger(testLogger(t)), franz.ClientOptions(kgo.ConsumeRegex())); !errors.As(err, new(*franz.ConfigError)) {
+	if _, err := franz.New([]string{"x:1"}, "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)), franz.ClientOptions(kgo.ConsumeRegex())); !errors.As(err, new(*franz.ConfigError)) {
 		t.Errorf("New with kgo.ConsumeRegex: %v, want a *ConfigError", err)
 	}
-	src, err := franz.New([]string{"x:1"}, "g", []string{"t"}, franz.Logger(testLogger(t)), franz.ClientOptions(kgo.SeedBrokers("bad:host:port")))
+	src, err := franz.New([]string{"x:1"}, "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)), franz.ClientOptions(kgo.SeedBrokers("bad:host:port")))
 	if err != nil {
 		t.Fatalf("New with a later valid SeedBrokers: %v", err)
 	}
@@ -884,9 +661,9 @@ func (s *recSink) counts() (assigned, lost int) {
 // nothing for it (even while the client rejoins) and says so with
 // ErrNotOwned; after it is assigned again, commits go through.
 func TestNoCommitAfterLost(t *testing.T) {
-	c := newCluster(t)
-	c.topic(t, "t", 1)
-	src, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)),
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("t", 1)
+	src, err := franz.New(c.Brokers(), "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)),
 		franz.SessionTimeout(time.Second), franz.HeartbeatInterval(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -894,7 +671,7 @@ func TestNoCommitAfterLost(t *testing.T) {
 	sink := &recSink{}
 	runSource(t, src, sink)
 	tp := runner.TP{Topic: "t", Partition: 0}
-	waitFor(t, 15*time.Second, "the assignment", func() bool { a, _ := sink.counts(); return a == 1 })
+	kafkatest.WaitFor(t, 15*time.Second, "the assignment", func() bool { a, _ := sink.counts(); return a == 1 })
 	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer ccancel()
 	if err := src.Commit(cctx, []runner.Offset{{TP: tp, Offset: 3}}); err != nil {
@@ -902,24 +679,24 @@ func TestNoCommitAfterLost(t *testing.T) {
 	}
 
 	// Keep the member out of the group after it loses its session.
-	joins := c.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.JoinGroup}, Group: "g", Count: -1})
-	c.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Group: "g", Err: kerr.UnknownMemberID})
-	waitFor(t, 15*time.Second, "the loss", func() bool { _, l := sink.counts(); return l == 1 })
+	joins := c.Fake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.JoinGroup}, Group: "g", Count: -1})
+	c.Fake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Group: "g", Err: kerr.UnknownMemberID})
+	kafkatest.WaitFor(t, 15*time.Second, "the loss", func() bool { _, l := sink.counts(); return l == 1 })
 	err = src.Commit(cctx, []runner.Offset{{TP: tp, Offset: 7}})
 	var ce *franz.CommitError
 	if !errors.Is(err, franz.ErrNotOwned) || !errors.As(err, &ce) || len(ce.NotOwned) != 1 || ce.NotOwned[0] != tp {
 		t.Fatalf("Commit after the loss: %v, want a *CommitError with %s not owned", err, tp)
 	}
-	if got := c.committed(t, "g")[tp]; got != 3 {
+	if got := c.Committed("g", tp.Topic)[tp.Partition]; got != 3 {
 		t.Fatalf("committed %d after the loss, want 3", got)
 	}
 
 	joins.Remove()
-	waitFor(t, 15*time.Second, "the new assignment", func() bool { a, _ := sink.counts(); return a == 2 })
+	kafkatest.WaitFor(t, 15*time.Second, "the new assignment", func() bool { a, _ := sink.counts(); return a == 2 })
 	if err := src.Commit(cctx, []runner.Offset{{TP: tp, Offset: 7}}); err != nil {
 		t.Fatalf("Commit after the new assignment: %v", err)
 	}
-	if got := c.committed(t, "g")[tp]; got != 7 {
+	if got := c.Committed("g", tp.Topic)[tp.Partition]; got != 7 {
 		t.Fatalf("committed %d, want 7", got)
 	}
 }
@@ -952,11 +729,11 @@ func (l *hookLog) all() []runner.Assignment {
 func TestAssignmentGeneration(t *testing.T) {
 	const parts = 4
 	t.Run("classic", func(t *testing.T) {
-		c := newCluster(t)
-		c.topic(t, "t", parts)
+		c := kafkatest.NewFake(t)
+		c.CreateTopic("t", parts)
 		var l1, l2 hookLog
 		m1 := startMember(t, c, "g", []string{"t"}, func(context.Context, runner.Record) error { return nil }, nil, runner.OnAssign(runner.PerPartition(l1.hook)))
-		waitFor(t, 20*time.Second, "the first member owns every partition", func() bool { return len(l1.all()) == parts })
+		kafkatest.WaitFor(t, 20*time.Second, "the first member owns every partition", func() bool { return len(l1.all()) == parts })
 		first := map[runner.TP]runner.Assignment{}
 		for _, a := range l1.all() {
 			if a.Generation < 1 || a.Member == "" {
@@ -968,7 +745,7 @@ func TestAssignmentGeneration(t *testing.T) {
 			first[a.TP] = a
 		}
 		startMember(t, c, "g", []string{"t"}, func(context.Context, runner.Record) error { return nil }, nil, runner.OnAssign(runner.PerPartition(l2.hook)))
-		waitFor(t, 20*time.Second, "the second member owns partitions", func() bool { return len(l2.all()) > 0 && len(m1.src.ownedTPs()) < parts })
+		kafkatest.WaitFor(t, 20*time.Second, "the second member owns partitions", func() bool { return len(l2.all()) > 0 && len(m1.Spy.Owned()) < parts })
 		for _, a := range l2.all() {
 			prev := first[a.TP]
 			if a.Member == "" || a.Member == prev.Member {
@@ -980,12 +757,12 @@ func TestAssignmentGeneration(t *testing.T) {
 		}
 	})
 	t.Run("kip848", func(t *testing.T) {
-		c := newCluster(t)
-		c.topic(t, "t", parts)
+		c := kafkatest.NewFake(t)
+		c.CreateTopic("t", parts)
 		var l hookLog
 		startMember(t, c, "g", []string{"t"}, func(context.Context, runner.Record) error { return nil },
 			[]franz.Option{franz.ServerSideAssignment()}, runner.OnAssign(runner.PerPartition(l.hook)))
-		waitFor(t, 20*time.Second, "the member owns every partition", func() bool { return len(l.all()) == parts })
+		kafkatest.WaitFor(t, 20*time.Second, "the member owns every partition", func() bool { return len(l.all()) == parts })
 		for _, a := range l.all() {
 			if a.Generation != runner.NoGeneration || a.Member == "" {
 				t.Errorf("assignment %+v: want generation -1 (unknown under KIP-848) and a member id", a)
@@ -1006,9 +783,9 @@ func TestAssignmentGeneration(t *testing.T) {
 // Without that a chaos run stalled: the member kept partitions whose inbox
 // leases another member had bumped, and every record was fenced.
 func TestKeptAcrossRejoin(t *testing.T) {
-	c := newCluster(t)
-	c.topic(t, "t", 1)
-	c.produce(t, "t", 1, 200, 10)
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("t", 1)
+	produce(c, "t", 1, 200, 10)
 	tp := runner.TP{Topic: "t", Partition: 0}
 	var l hookLog
 	slow := func(ctx context.Context, _ runner.Record) error {
@@ -1023,21 +800,14 @@ func TestKeptAcrossRejoin(t *testing.T) {
 	m := startMember(t, c, "g", []string{"t"}, slow,
 		[]franz.Option{franz.SessionTimeout(10 * time.Second), franz.HeartbeatInterval(9 * time.Second)},
 		runner.OnAssign(runner.PerPartition(l.hook)), runner.CommitInterval(5*time.Millisecond), runner.Concurrency(1))
-	waitFor(t, 20*time.Second, "the first assignment and some commits", func() bool {
-		return len(l.all()) == 1 && c.committed(t, "g")[tp] >= 20
+	kafkatest.WaitFor(t, 20*time.Second, "the first assignment and some commits", func() bool {
+		return len(l.all()) == 1 && c.Committed("g", tp.Topic)[tp.Partition] >= 20
 	})
 	oldID, _ := m.src.Client().GroupMetadata()
 
-	req := kmsg.NewPtrLeaveGroupRequest()
-	req.Group = "g"
-	mem := kmsg.NewLeaveGroupRequestMember()
-	mem.MemberID = oldID
-	req.Members = append(req.Members, mem)
-	if _, err := req.RequestWith(context.Background(), c.cl); err != nil {
-		t.Fatalf("removing the member: %v", err)
-	}
+	c.Evict("g", oldID)
 
-	waitFor(t, 20*time.Second, "the partition assigned again under a new member id", func() bool {
+	kafkatest.WaitFor(t, 20*time.Second, "the partition assigned again under a new member id", func() bool {
 		all := l.all()
 		return len(all) >= 2 && all[len(all)-1].Member != oldID
 	})
@@ -1045,12 +815,12 @@ func TestKeptAcrossRejoin(t *testing.T) {
 	if again.TP != tp || again.Member == oldID || again.Member == "" {
 		t.Fatalf("second assignment %+v: want %s under a new member id (was %s)", again, tp, oldID)
 	}
-	if len(m.src.lostTPs()) == 0 {
+	if len(m.Spy.Lost()) == 0 {
 		t.Fatal("the partition kept across the rejoin was never reported lost")
 	}
 	if again.Start < 0 {
 		t.Errorf("second assignment starts at %d, want the committed offset", again.Start)
 	}
-	waitFor(t, 30*time.Second, "committed == end offsets", committedAtEnd(t, c, "g", "t"))
-	m.shutdown(t)
+	kafkatest.WaitFor(t, 30*time.Second, "committed == end offsets", c.AtEnd("g", "t"))
+	m.Stop(t)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 )
@@ -25,10 +26,10 @@ type fetchSizes struct {
 	seen             int
 }
 
-func observeFetches(c *cluster) *fetchSizes {
+func observeFetches(c *kafkatest.Cluster) *fetchSizes {
 	fs := &fetchSizes{}
-	c.c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.c.KeepControl()
+	c.Fake.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.Fake.KeepControl()
 		req := kreq.(*kmsg.FetchRequest)
 		fs.mu.Lock()
 		defer fs.mu.Unlock()
@@ -87,12 +88,12 @@ func TestLimitFetch(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t, kfake.NumBrokers(tc.brokers))
-			c.topic(t, "t", 1)
-			c.produce(t, "t", 1, 10, 10)
+			c := kafkatest.NewFake(t, kfake.NumBrokers(tc.brokers))
+			c.CreateTopic("t", 1)
+			produce(c, "t", 1, 10, 10)
 			fs := observeFetches(c)
 			opts := append([]kgo.Opt{kgo.FetchMaxBytes(50 << 20), kgo.FetchMaxPartitionBytes(10 << 20)}, tc.opts...)
-			src, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)), franz.ClientOptions(opts...))
+			src, err := franz.New(c.Brokers(), "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)), franz.ClientOptions(opts...))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +110,7 @@ func TestLimitFetch(t *testing.T) {
 			// The first fetches may go out before the client knows the
 			// brokers, sized for MaxConcurrentFetches: smaller, never
 			// larger.
-			waitFor(t, 15*time.Second, "a fetch of the derived size", func() bool {
+			kafkatest.WaitFor(t, 15*time.Second, "a fetch of the derived size", func() bool {
 				max, part, n := fs.last()
 				if n > 0 && max > wantMax {
 					t.Fatalf("fetch MaxBytes %d, above the %d that %g concurrent fetches allow", max, wantMax, tc.k)
@@ -117,7 +118,7 @@ func TestLimitFetch(t *testing.T) {
 				if n > 0 && max == wantMax && part == wantPart {
 					return true
 				}
-				c.produce(t, "t", 1, 1, 1) // ends a fetch waiting with the earlier size
+				produce(c, "t", 1, 1, 1) // ends a fetch waiting with the earlier size
 				return false
 			})
 		})
@@ -147,14 +148,14 @@ func TestLimitFetchRefuses(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Option != "MaxBufferedBytes" {
 		t.Errorf("runner.New with a share too small for the record shape: %v, want a *runner.ConfigError for MaxBufferedBytes", err)
 	}
-	_, err = franz.New([]string{"127.0.0.1:1"}, "g", []string{"t"}, franz.Logger(testLogger(t)), franz.ClientOptions(kgo.MaxConcurrentFetches(-1)))
+	_, err = franz.New([]string{"127.0.0.1:1"}, "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)), franz.ClientOptions(kgo.MaxConcurrentFetches(-1)))
 	if !errors.As(err, new(*franz.ConfigError)) || !strings.Contains(err.Error(), "MaxConcurrentFetches") {
 		t.Errorf("New with unbounded concurrent fetches: %v, want a *ConfigError naming MaxConcurrentFetches", err)
 	}
 
-	c := newCluster(t)
-	c.topic(t, "t", 1)
-	run, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)))
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("t", 1)
+	run, err := franz.New(c.Brokers(), "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,13 +176,13 @@ func TestLimitFetchRefuses(t *testing.T) {
 // fetches are made smaller in proportion, so the bound holds with the
 // expansion seen; fetches are never made larger than LimitFetch set.
 func TestFetchLoweredForSmallerRecords(t *testing.T) {
-	c := newCluster(t)
-	c.topic(t, "t", 1)
-	c.produce(t, "t", 1, 100, 10) // records of about 10 bytes
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("t", 1)
+	produce(c, "t", 1, 100, 10) // records of about 10 bytes
 	fs := observeFetches(c)
 	// One concurrent fetch, so that only the expansion seen changes the
 	// size (not the number of brokers: see TestLimitFetch).
-	src, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)), franz.ClientOptions(kgo.MaxConcurrentFetches(1)))
+	src, err := franz.New(c.Brokers(), "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)), franz.ClientOptions(kgo.MaxConcurrentFetches(1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,12 +192,12 @@ func TestFetchLoweredForSmallerRecords(t *testing.T) {
 	}
 	sink := &chanSink{assigned: make(chan []runner.Assignment, 10), batches: make(chan runner.Batch, 100)}
 	runSource(t, src, sink)
-	waitFor(t, 15*time.Second, "a fetch", func() bool { _, _, n := fs.last(); return n > 0 })
+	kafkatest.WaitFor(t, 15*time.Second, "a fetch", func() bool { _, _, n := fs.last(); return n > 0 })
 	first := fs.firstMax()
 	got := map[runner.TP][]int64{}
 	takeBatches(sink.batches, got, 10*time.Second, func() bool { return len(got[runner.TP{Topic: "t"}]) == 100 }, func(runner.Batch) {})
-	c.produce(t, "t", 1, 1, 1) // ends the fetch that may be waiting with the old size
-	waitFor(t, 10*time.Second, "a smaller fetch", func() bool { max, _, _ := fs.last(); return max < first })
+	produce(c, "t", 1, 1, 1) // ends the fetch that may be waiting with the old size
+	kafkatest.WaitFor(t, 10*time.Second, "a smaller fetch", func() bool { max, _, _ := fs.last(); return max < first })
 	max, part, _ := fs.last()
 	// About 100 records of 10 bytes in one batch: (1,000 + 100 * 296) /
 	// (1,000 + 61), some 14 times the stated 2.

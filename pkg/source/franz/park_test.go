@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 )
@@ -77,10 +78,10 @@ func TestParkedRecordsOwnTheirMemory(t *testing.T) {
 // after the last.
 func TestParkedBytesBounded(t *testing.T) {
 	const per = 400
-	c := newCluster(t)
-	c.topic(t, "t", 2)
-	c.produce(t, "t", 2, per, 10) // before the start: the first poll takes them all
-	src, err := franz.New(c.addrs, "g", []string{"t"}, franz.Logger(testLogger(t)))
+	c := kafkatest.NewFake(t)
+	c.CreateTopic("t", 2)
+	produce(c, "t", 2, per, 10) // before the start: the first poll takes them all
+	src, err := franz.New(c.Brokers(), "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/kafkago"
 )
@@ -24,9 +25,9 @@ type fetchLog struct {
 	first chan struct{}
 }
 
-func watchFetches(c *cluster, topic string, partitions int) *fetchLog {
+func watchFetches(c *kafkatest.Cluster, topic string, partitions int) *fetchLog {
 	l := &fetchLog{at: map[int32]map[int64]int{}, n: partitions, first: make(chan struct{})}
-	c.c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+	c.Fake.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for _, rt := range req.(*kmsg.FetchRequest).Topics {
@@ -117,21 +118,21 @@ func (s *handOverSource) Run(ctx context.Context, sink runner.Sink) error {
 // own partition over under one mutex: a hand-over per partition per fetch.
 func TestHandOverManyPartitions(t *testing.T) {
 	const partitions, per = 64, 5
-	c := newCluster(t, kfake.SeedTopics(partitions, "many"))
-	c.produce(t, "many", partitions, per)
+	c := kafkatest.NewFake(t, kfake.SeedTopics(partitions, "many"))
+	produce(c, "many", partitions, per)
 	fetches := watchFetches(c, "many", partitions)
 
-	src, err := kafkago.New(c.c.ListenAddrs(), "g", []string{"many"},
+	src, err := kafkago.New(c.Brokers(), "g", []string{"many"},
 		kafkago.SessionTimeout(2*time.Second), kafkago.RebalanceTimeout(3*time.Second),
 		kafkago.HeartbeatInterval(100*time.Millisecond), kafkago.MaxWait(100*time.Millisecond),
-		kafkago.Logger(testLogger(t)))
+		kafkago.Logger(kafkatest.Logger(t)))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	sink := &handOvers{release: make(chan struct{}), entered: make(chan struct{})}
 	l := newLedger()
 	r, err := runner.New(&handOverSource{Source: src, sink: sink}, runner.Handle("many", l.handler(nil)),
-		runner.Logger(testLogger(t)), runner.CommitInterval(20*time.Millisecond))
+		runner.Logger(kafkatest.Logger(t)), runner.CommitInterval(20*time.Millisecond))
 	if err != nil {
 		src.Close()
 		t.Fatalf("runner.New: %v", err)
@@ -158,7 +159,7 @@ func TestHandOverManyPartitions(t *testing.T) {
 		t.Fatal("not every partition was fetched within 10s")
 	}
 	close(sink.release)
-	waitFor(t, 10*time.Second, "every record handled", func() bool { return l.count() == partitions*per })
+	kafkatest.WaitFor(t, 10*time.Second, "every record handled", func() bool { return l.count() == partitions*per })
 	if err := l.exactlyOnce("many", partitions, per); err != nil {
 		t.Fatal(err)
 	}
@@ -194,21 +195,21 @@ func (p *pauseCounter) Pause(tps []runner.TP) {
 // resume fetched the rest again: a fetch per pause.)
 func TestPauseKeepsFetched(t *testing.T) {
 	const partitions, per = 3, 300
-	c := newCluster(t, kfake.SeedTopics(partitions, "paused"))
-	c.produce(t, "paused", partitions, per)
+	c := kafkatest.NewFake(t, kfake.SeedTopics(partitions, "paused"))
+	produce(c, "paused", partitions, per)
 	fetches := watchFetches(c, "paused", partitions)
 
-	src, err := kafkago.New(c.c.ListenAddrs(), "g", []string{"paused"},
+	src, err := kafkago.New(c.Brokers(), "g", []string{"paused"},
 		kafkago.SessionTimeout(2*time.Second), kafkago.RebalanceTimeout(3*time.Second),
 		kafkago.HeartbeatInterval(100*time.Millisecond), kafkago.MaxWait(100*time.Millisecond),
-		kafkago.Logger(testLogger(t)))
+		kafkago.Logger(kafkatest.Logger(t)))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	pc := &pauseCounter{Source: src, pauses: map[runner.TP]int{}}
 	l := newLedger()
 	r, err := runner.New(pc, runner.Handle("paused", l.handler(func(runner.Record) { time.Sleep(100 * time.Microsecond) })),
-		runner.Logger(testLogger(t)), runner.CommitInterval(20*time.Millisecond),
+		runner.Logger(kafkatest.Logger(t)), runner.CommitInterval(20*time.Millisecond),
 		runner.WaterMarks(20, 10), runner.Concurrency(4))
 	if err != nil {
 		src.Close()
@@ -216,7 +217,7 @@ func TestPauseKeepsFetched(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
-	waitFor(t, 20*time.Second, "every record handled", func() bool { return l.count() == partitions*per })
+	kafkatest.WaitFor(t, 20*time.Second, "every record handled", func() bool { return l.count() == partitions*per })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := r.Shutdown(ctx); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/kafkago"
 )
@@ -28,9 +29,9 @@ type fetchSizes struct {
 	first map[int32]int32
 }
 
-func watchSizes(c *cluster, topic string) *fetchSizes {
+func watchSizes(c *kafkatest.Cluster, topic string) *fetchSizes {
 	fs := &fetchSizes{first: map[int32]int32{}}
-	c.c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+	c.Fake.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		fs.mu.Lock()
 		defer fs.mu.Unlock()
 		for _, rt := range req.(*kmsg.FetchRequest).Topics {
@@ -59,14 +60,14 @@ func (fs *fetchSizes) seen() []int32 {
 func runFor(t *testing.T, src runner.Source, topic string, cond func() bool, opts ...runner.Option) {
 	t.Helper()
 	r, err := runner.New(src, append([]runner.Option{runner.Handle(topic, func(context.Context, runner.Record) error { return nil }),
-		runner.Logger(testLogger(t)), runner.CommitInterval(20 * time.Millisecond)}, opts...)...)
+		runner.Logger(kafkatest.Logger(t)), runner.CommitInterval(20 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		src.Close()
 		t.Fatalf("runner.New: %v", err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
-	waitFor(t, 10*time.Second, "the condition", cond)
+	kafkatest.WaitFor(t, 10*time.Second, "the condition", cond)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := r.Shutdown(ctx); err != nil {
@@ -77,12 +78,12 @@ func runFor(t *testing.T, src runner.Source, topic string, cond func() bool, opt
 	}
 }
 
-func newSource(t *testing.T, c *cluster, topic string, opts ...kafkago.Option) *kafkago.Source {
+func newSource(t *testing.T, c *kafkatest.Cluster, topic string, opts ...kafkago.Option) *kafkago.Source {
 	t.Helper()
-	src, err := kafkago.New(c.c.ListenAddrs(), "g", []string{topic}, append([]kafkago.Option{
+	src, err := kafkago.New(c.Brokers(), "g", []string{topic}, append([]kafkago.Option{
 		kafkago.SessionTimeout(2 * time.Second), kafkago.RebalanceTimeout(3 * time.Second),
 		kafkago.HeartbeatInterval(100 * time.Millisecond), kafkago.MaxWait(50 * time.Millisecond),
-		kafkago.Logger(testLogger(t))}, opts...)...)
+		kafkago.Logger(kafkatest.Logger(t))}, opts...)...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -115,8 +116,8 @@ func TestLimitFetch(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t, kfake.SeedTopics(partitions, "sized"))
-			c.produce(t, "sized", partitions, 3)
+			c := kafkatest.NewFake(t, kfake.SeedTopics(partitions, "sized"))
+			produce(c, "sized", partitions, 3)
 			sizes := watchSizes(c, "sized")
 			src := newSource(t, c, "sized")
 			runFor(t, src, "sized", func() bool {
@@ -140,14 +141,14 @@ func TestLimitFetch(t *testing.T) {
 // a fetch keep more than the limits allow per wire byte; the next fetch
 // asks for less, in proportion, and a warning says why.
 func TestLimitFetchShrinks(t *testing.T) {
-	c := newCluster(t, kfake.SeedTopics(1, "tiny"))
+	c := kafkatest.NewFake(t, kfake.SeedTopics(1, "tiny"))
 	var recs []*kgo.Record
 	for range 3000 {
 		recs = append(recs, &kgo.Record{Topic: "tiny", Value: []byte("v")})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+	if err := c.Client().ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatalf("produce: %v", err)
 	}
 	sizes := watchSizes(c, "tiny")
@@ -219,8 +220,8 @@ type unlimited struct{ runner.Source }
 // TestNoLimitsFetchMaxBytes: a Source the runner did not limit fetches
 // MaxBytes every time, whatever its records keep.
 func TestNoLimitsFetchMaxBytes(t *testing.T) {
-	c := newCluster(t, kfake.SeedTopics(1, "free"))
-	c.produce(t, "free", 1, 500)
+	c := kafkatest.NewFake(t, kfake.SeedTopics(1, "free"))
+	produce(c, "free", 1, 500)
 	sizes := watchSizes(c, "free")
 	src := newSource(t, c, "free", kafkago.MaxBytes(64<<10))
 	runFor(t, unlimited{src}, "free", func() bool { return len(sizes.seen()) >= 3 })

@@ -3,14 +3,12 @@ package sourcetest
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 )
 
@@ -29,13 +27,13 @@ const (
 type env struct {
 	t     *testing.T
 	f     Factory
-	c     *cluster
+	c     *kafkatest.Cluster
 	group string
 	board *board
 }
 
 func newEnv(t *testing.T, f Factory) *env {
-	return &env{t: t, f: f, c: newCluster(t, f.Brokers), group: name(t, "group"), board: &board{owner: map[runner.TP]*spy{}}}
+	return &env{t: t, f: f, c: kafkatest.New(t, f.Brokers), group: kafkatest.Name(t, "group"), board: &board{owner: map[runner.TP]*spy{}}}
 }
 
 // board is who owns each partition according to the members' own reports:
@@ -48,21 +46,6 @@ func newEnv(t *testing.T, f Factory) *env {
 type board struct {
 	mu    sync.Mutex
 	owner map[runner.TP]*spy
-}
-
-// logger logs at warn level to the test's output, or at TIDEMARK_TEST_LOG
-// (debug, info) when set.
-func logger(t *testing.T) *slog.Logger {
-	level := slog.LevelWarn
-	switch os.Getenv("TIDEMARK_TEST_LOG") {
-	case "debug":
-		level = slog.LevelDebug
-	case "info":
-		level = slog.LevelInfo
-	case "none":
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
 }
 
 // member is one runner over one source of the adapter under test.
@@ -95,7 +78,7 @@ func (e *env) start(name string, topics []string, h runner.Handler, o memberOpts
 		SessionTimeout:    sessionTimeout,
 		RebalanceTimeout:  rebalanceTimeout,
 		HeartbeatInterval: heartbeatInterval,
-		Logger:            logger(t).With("member", name),
+		Logger:            kafkatest.Logger(t).With("member", name),
 	}
 	if o.tune != nil {
 		o.tune(&cfg)
@@ -518,28 +501,6 @@ func (l *ledger) offsets(tp runner.TP) []int64 {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// waitFor polls cond every 25ms until it holds or timeout passes, then
-// fails the test naming what it waited for.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	if !eventually(timeout, cond) {
-		t.Fatalf("timed out after %v waiting for %s", timeout, what)
-	}
-}
-
-// eventually polls cond every 25ms until it holds (true) or timeout passes
-// (false).
-func eventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	return true
 }
 
 func sortTPs(tps []runner.TP) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 )
 
@@ -28,8 +29,8 @@ func storm(t *testing.T, f Factory) {
 	const partitions, keys, chunks, per = 6, 300, 8, 2500
 	const records = chunks * per
 	e := newEnv(t, f)
-	topic := e.c.topic(partitions)
-	samp := e.c.sample(e.group, topic)
+	topic := e.c.Topic(partitions)
+	samp := e.c.Sample(e.group, topic, 50*time.Millisecond)
 
 	var (
 		mu        sync.Mutex
@@ -89,7 +90,7 @@ func storm(t *testing.T, f Factory) {
 			k := i % keys
 			recs[j] = &kgo.Record{Topic: topic, Partition: int32(k % partitions), Key: []byte("key-" + strconv.Itoa(k)), Value: []byte(strconv.Itoa(i))}
 		}
-		e.c.produce(recs...)
+		e.c.Produce(recs...)
 		time.Sleep(time.Duration(700+rand.IntN(500)) * time.Millisecond)
 		// Leave while three or more run (or at random while two do);
 		// join otherwise.
@@ -107,32 +108,32 @@ func storm(t *testing.T, f Factory) {
 			joins++
 		}
 	}
-	waitFor(t, time.Minute, "every record handled", func() bool {
+	kafkatest.WaitFor(t, time.Minute, "every record handled", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return unique == records
 	})
-	waitFor(t, 30*time.Second, "committed == end offsets", e.c.atEnd(e.group, topic))
+	kafkatest.WaitFor(t, 30*time.Second, "committed == end offsets", e.c.AtEnd(e.group, topic))
 	for _, m := range members {
 		if err := m.stop(); err != nil {
 			t.Errorf("member %s: stop: %v", m.name, err)
 		}
 		m.spy.check(t, m.name)
 	}
-	samp.close()
+	samp.Close()
 	mu.Lock()
 	defer mu.Unlock()
 	if violation != "" {
 		t.Error(violation)
 	}
-	if back := samp.backward(); back != "" {
+	if back := samp.Backward(); back != "" {
 		t.Errorf("committed offset went backward: %s", back)
 	}
-	if samp.changes() < partitions*2 {
-		t.Errorf("only %d committed-offset changes sampled: the backward check saw too little", samp.changes())
+	if samp.Changes() < partitions*2 {
+		t.Errorf("only %d committed-offset changes sampled: the backward check saw too little", samp.Changes())
 	}
 	t.Logf("%d records over %d partitions; %d joins and %d leaves after the first 3 members; %d committed-offset changes sampled",
-		records, partitions, joins, leaves, samp.changes())
+		records, partitions, joins, leaves, samp.Changes())
 }
 
 // revokeDrain: a second member joins while the first has a slow handler in
@@ -147,14 +148,14 @@ func revokeDrain(t *testing.T, f Factory) {
 	const partitions, per = 4, 40
 	const work = 100 * time.Millisecond
 	e := newEnv(t, f)
-	topic := e.c.topic(partitions)
+	topic := e.c.Topic(partitions)
 	var recs []*kgo.Record
 	for p := range int32(partitions) {
 		for i := range per {
 			recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Key: []byte(fmt.Sprintf("k%d-%d", p, i%6)), Value: []byte(strconv.Itoa(i))})
 		}
 	}
-	e.c.produce(recs...)
+	e.c.Produce(recs...)
 
 	l := newLedger()
 	slow := func(context.Context, runner.Record) error { time.Sleep(work); return nil }
@@ -175,14 +176,14 @@ func revokeDrain(t *testing.T, f Factory) {
 			}
 		},
 	})
-	waitFor(t, 30*time.Second, "the first member owns every partition", func() bool { return a.spy.ownedCount() == partitions })
-	waitFor(t, 30*time.Second, "the first member handles records", func() bool { return l.count() >= 8 })
+	kafkatest.WaitFor(t, 30*time.Second, "the first member owns every partition", func() bool { return a.spy.ownedCount() == partitions })
+	kafkatest.WaitFor(t, 30*time.Second, "the first member handles records", func() bool { return l.count() >= 8 })
 	joinAt := time.Now()
 	b := e.start("b", []string{topic}, l.handler("b", slow), memberOpts{runner: order})
-	waitFor(t, 30*time.Second, "both members own partitions", func() bool {
+	kafkatest.WaitFor(t, 30*time.Second, "both members own partitions", func() bool {
 		return a.spy.ownedCount() > 0 && b.spy.ownedCount() > 0 && a.spy.ownedCount()+b.spy.ownedCount() == partitions
 	})
-	waitFor(t, time.Minute, "committed == end offsets", e.c.atEnd(e.group, topic))
+	kafkatest.WaitFor(t, time.Minute, "committed == end offsets", e.c.AtEnd(e.group, topic))
 	for _, m := range []*member{a, b} {
 		if err := m.stop(); err != nil {
 			t.Errorf("member %s: stop: %v", m.name, err)
@@ -241,8 +242,8 @@ func revokeDrain(t *testing.T, f Factory) {
 func lostAfterEviction(t *testing.T, f Factory) {
 	const partitions = 2
 	e := newEnv(t, f)
-	topic := e.c.topic(partitions)
-	samp := e.c.sample(e.group, topic)
+	topic := e.c.Topic(partitions)
+	samp := e.c.Sample(e.group, topic, 50*time.Millisecond)
 
 	// A steady stream, so the first member always has progress to commit.
 	stop := make(chan struct{})
@@ -263,7 +264,7 @@ func lostAfterEviction(t *testing.T, f Factory) {
 					recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Key: []byte(strconv.Itoa(j)), Value: []byte(strconv.Itoa(i))})
 				}
 			}
-			if err := e.c.prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			if err := e.c.Client().ProduceSync(ctx, recs...).FirstErr(); err != nil {
 				t.Errorf("produce: %v", err)
 				return
 			}
@@ -281,22 +282,22 @@ func lostAfterEviction(t *testing.T, f Factory) {
 
 	l := newLedger()
 	a := e.start("a", []string{topic}, l.handler("a", nil), memberOpts{})
-	waitFor(t, 30*time.Second, "the first member commits on every partition", func() bool {
-		got := e.c.committed(e.group, topic)
+	kafkatest.WaitFor(t, 30*time.Second, "the first member commits on every partition", func() bool {
+		got := e.c.Committed(e.group, topic)
 		return a.spy.ownedCount() == partitions && got[0] > 0 && got[1] > 0
 	})
-	ms := e.c.members(e.group)
+	ms := e.c.Members(e.group)
 	if len(ms) != 1 {
 		t.Fatalf("group has %d members, want the first one only", len(ms))
 	}
 	owned := a.spy.ownedSet()
 	evictedAt := time.Now()
-	e.c.evict(e.group, ms[0].id)
+	e.c.Evict(e.group, ms[0].MemberID)
 	b := e.start("b", []string{topic}, l.handler("b", nil), memberOpts{})
 	time.Sleep(3 * time.Second) // the eviction noticed, both members consuming
 	stopProducing()
-	waitFor(t, time.Minute, "committed == end offsets", e.c.atEnd(e.group, topic))
-	ends := e.c.ends(topic)
+	kafkatest.WaitFor(t, time.Minute, "committed == end offsets", e.c.AtEnd(e.group, topic))
+	ends := e.c.Ends(topic)
 	for _, m := range []*member{a, b} {
 		if err := m.stop(); err != nil {
 			t.Errorf("member %s: stop: %v", m.name, err)
@@ -304,8 +305,8 @@ func lostAfterEviction(t *testing.T, f Factory) {
 	}
 	a.spy.check(t, "evicted member")
 	b.spy.check(t, "second member")
-	samp.close()
-	if back := samp.backward(); back != "" {
+	samp.Close()
+	if back := samp.Backward(); back != "" {
 		t.Errorf("committed offset went backward: %s", back)
 	}
 
@@ -353,7 +354,7 @@ func lostAfterEviction(t *testing.T, f Factory) {
 		}
 	}
 	t.Logf("evicted member owned %v: reported %v lost, kept %v (given to no one else); events after the eviction: evicted %v, second %v; %d committed-offset changes sampled",
-		owned, lostTPs, kept, aEvents, bEvents, samp.changes())
+		owned, lostTPs, kept, aEvents, bEvents, samp.Changes())
 }
 
 // transactions: 24 transactions of 30 records over 3 partitions, every
@@ -365,8 +366,8 @@ func lostAfterEviction(t *testing.T, f Factory) {
 func transactions(t *testing.T, f Factory) {
 	const txns, per, partitions = 24, 30, 3
 	e := newEnv(t, f)
-	topic := e.c.topic(partitions)
-	p, err := kgo.NewClient(kgo.SeedBrokers(f.Brokers...), kgo.TransactionalID(name(t, "txn")),
+	topic := e.c.Topic(partitions)
+	p, err := kgo.NewClient(kgo.SeedBrokers(f.Brokers...), kgo.TransactionalID(kafkatest.Name(t, "txn")),
 		kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatalf("transactional producer: %v", err)
@@ -405,13 +406,13 @@ func transactions(t *testing.T, f Factory) {
 		return nil
 	}
 	m := e.start("a", []string{topic}, h, memberOpts{})
-	waitFor(t, time.Minute, "committed == end offsets (lag 0)", e.c.atEnd(e.group, topic))
+	kafkatest.WaitFor(t, time.Minute, "committed == end offsets (lag 0)", e.c.AtEnd(e.group, topic))
 	if err := m.stop(); err != nil {
 		t.Errorf("stop: %v", err)
 	}
 	m.spy.check(t, "member")
 
-	for part, end := range e.c.ends(topic) {
+	for part, end := range e.c.Ends(topic) {
 		if want := int64(txns * (per/partitions + 1)); end != want {
 			t.Errorf("partition %d ends at %d, want %d (records and one marker per transaction)", part, end, want)
 		}
@@ -441,14 +442,14 @@ func transactions(t *testing.T, f Factory) {
 func flow(t *testing.T, f Factory) {
 	const partitions, per, high, low = 2, 3000, 200, 100
 	e := newEnv(t, f)
-	topic := e.c.topic(partitions)
+	topic := e.c.Topic(partitions)
 	var recs []*kgo.Record
 	for p := range int32(partitions) {
 		for i := range per {
 			recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Key: []byte(strconv.Itoa(i % 40)), Value: []byte(strconv.Itoa(i))})
 		}
 	}
-	e.c.produce(recs...)
+	e.c.Produce(recs...)
 
 	l := newLedger()
 	h := func(context.Context, runner.Record) error { time.Sleep(300 * time.Microsecond); return nil }
@@ -456,7 +457,7 @@ func flow(t *testing.T, f Factory) {
 		spy:    func(s *spy) { s.completed = l.completedOf },
 		runner: []runner.Option{runner.WaterMarks(high, low), runner.Concurrency(4)},
 	})
-	waitFor(t, time.Minute, "committed == end offsets", e.c.atEnd(e.group, topic))
+	kafkatest.WaitFor(t, time.Minute, "committed == end offsets", e.c.AtEnd(e.group, topic))
 	if err := m.stop(); err != nil {
 		t.Errorf("stop: %v", err)
 	}
@@ -497,14 +498,14 @@ func flow(t *testing.T, f Factory) {
 func shutdown(t *testing.T, f Factory) {
 	const partitions, per, stuck = 3, 100, 20
 	e := newEnv(t, f)
-	topic := e.c.topic(partitions)
+	topic := e.c.Topic(partitions)
 	var recs []*kgo.Record
 	for p := range int32(partitions) {
 		for i := range per {
 			recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Value: []byte(strconv.Itoa(i))})
 		}
 	}
-	e.c.produce(recs...)
+	e.c.Produce(recs...)
 
 	l := newLedger()
 	h := func(ctx context.Context, rec runner.Record) error {
@@ -521,7 +522,7 @@ func shutdown(t *testing.T, f Factory) {
 	m := e.start("a", []string{topic}, l.handler("a", h), memberOpts{
 		runner: []runner.Option{runner.Order(runner.PartitionOrder), runner.Concurrency(4)},
 	})
-	waitFor(t, 30*time.Second, "records handled on every partition, partition 0 stuck", func() bool {
+	kafkatest.WaitFor(t, 30*time.Second, "records handled on every partition, partition 0 stuck", func() bool {
 		return len(l.offsets(tpOf(topic, 0))) == stuck+1 && len(l.offsets(tpOf(topic, 1))) >= 10 && len(l.offsets(tpOf(topic, 2))) >= 10
 	})
 	err := m.stopWithin(4 * time.Second)
@@ -535,7 +536,7 @@ func shutdown(t *testing.T, f Factory) {
 	}
 	m.spy.check(t, "member")
 
-	got := e.c.committed(e.group, topic)
+	got := e.c.Committed(e.group, topic)
 	if got[0] != stuck {
 		t.Errorf("partition 0 committed %d, want %d (the stuck record)", got[0], stuck)
 	}
@@ -549,7 +550,7 @@ func shutdown(t *testing.T, f Factory) {
 			t.Errorf("partition %d committed %d, want %d: one past the last record handled", p, got[p], want)
 		}
 	}
-	waitFor(t, 3*time.Second, "the group to be empty after Shutdown", func() bool { return len(e.c.members(e.group)) == 0 })
+	kafkatest.WaitFor(t, 3*time.Second, "the group to be empty after Shutdown", func() bool { return len(e.c.Members(e.group)) == 0 })
 	t.Logf("committed %v after Shutdown; group empty %v after it returned", got, time.Since(stoppedAt).Round(time.Millisecond))
 }
 
@@ -562,20 +563,20 @@ func shutdown(t *testing.T, f Factory) {
 func cooperative(t *testing.T, f Factory) {
 	const partitions = 4
 	e := newEnv(t, f)
-	topic := e.c.topic(partitions)
+	topic := e.c.Topic(partitions)
 	var recs []*kgo.Record
 	for p := range int32(partitions) {
 		for i := range 50 {
 			recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Value: []byte(strconv.Itoa(i))})
 		}
 	}
-	e.c.produce(recs...)
+	e.c.Produce(recs...)
 	a := e.start("a", []string{topic}, noop, memberOpts{})
-	waitFor(t, 30*time.Second, "the first member owns every partition", func() bool { return a.spy.ownedCount() == partitions })
+	kafkatest.WaitFor(t, 30*time.Second, "the first member owns every partition", func() bool { return a.spy.ownedCount() == partitions })
 	before := a.spy.ownedSet()
 	joinAt := time.Now()
 	b := e.start("b", []string{topic}, noop, memberOpts{})
-	waitFor(t, 30*time.Second, "the partitions shared by both members", func() bool {
+	kafkatest.WaitFor(t, 30*time.Second, "the partitions shared by both members", func() bool {
 		return a.spy.ownedCount() > 0 && b.spy.ownedCount() > 0 && a.spy.ownedCount()+b.spy.ownedCount() == partitions
 	})
 	evs := a.spy.eventsSince(joinAt)
@@ -636,23 +637,23 @@ func static(t *testing.T, f Factory) {
 	const partitions = 4
 	const session = 10 * time.Second
 	e := newEnv(t, f)
-	topic := e.c.topic(partitions)
-	idA, idB := name(t, "a"), name(t, "b")
+	topic := e.c.Topic(partitions)
+	idA, idB := kafkatest.Name(t, "a"), kafkatest.Name(t, "b")
 	withID := func(id string) memberOpts {
 		return memberOpts{tune: func(c *Config) { c.InstanceID, c.SessionTimeout = id, session }}
 	}
 	a := e.start("a", []string{topic}, noop, withID(idA))
 	b := e.start("b", []string{topic}, noop, withID(idB))
-	waitFor(t, 30*time.Second, "the partitions shared by both members", func() bool {
+	kafkatest.WaitFor(t, 30*time.Second, "the partitions shared by both members", func() bool {
 		return a.spy.ownedCount() > 0 && b.spy.ownedCount() > 0 && a.spy.ownedCount()+b.spy.ownedCount() == partitions
 	})
 	// Let the group settle: a rebalance still in flight would look like
 	// one caused by the restart.
 	time.Sleep(time.Second)
-	ms := e.c.members(e.group)
+	ms := e.c.Members(e.group)
 	ids := map[string]bool{}
 	for _, m := range ms {
-		ids[m.instanceID] = true
+		ids[m.InstanceID] = true
 	}
 	ownedA := a.spy.ownedSet()
 	mark := time.Now()
@@ -667,7 +668,7 @@ func static(t *testing.T, f Factory) {
 		}
 		time.Sleep(time.Second)
 		a2 := e.start("a2", []string{topic}, noop, withID(idA))
-		waitFor(t, 20*time.Second, "the restarted member owns partitions", func() bool { return a2.spy.ownedCount() == len(ownedA) })
+		kafkatest.WaitFor(t, 20*time.Second, "the restarted member owns partitions", func() bool { return a2.spy.ownedCount() == len(ownedA) })
 		time.Sleep(time.Second)
 		if got := a2.spy.ownedSet(); !slices.Equal(got, ownedA) {
 			t.Errorf("static: the restarted member owns %v, want its old partitions %v", got, ownedA)
@@ -687,7 +688,7 @@ func static(t *testing.T, f Factory) {
 	if ids[idA] || ids[idB] {
 		t.Errorf("dynamic: the coordinator lists instance ids %v, but the adapter declares no static membership", ids)
 	}
-	waitFor(t, session/2, "the other member to own every partition (the stopped one left the group)", func() bool {
+	kafkatest.WaitFor(t, session/2, "the other member to own every partition (the stopped one left the group)", func() bool {
 		return b.spy.ownedCount() == partitions
 	})
 	took := time.Since(mark)
