@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -81,6 +82,19 @@ func eventually(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// await, inside a synctest bubble, lets the bubble's fake clock run for d
+// (the runner's ticks and backoffs and the source's polls fire as they fall
+// due; d costs no real time), waits until every goroutine of the bubble is
+// blocked, and fails the test unless cond holds then.
+func await(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	time.Sleep(d)
+	synctest.Wait()
+	if !cond() {
+		t.Fatalf("not so after %v with the runner idle: %s", d, what)
 	}
 }
 
