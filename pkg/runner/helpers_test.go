@@ -73,18 +73,6 @@ func started(t *testing.T, r *runner.Runner) func() error {
 	return wait
 }
 
-// eventually polls cond until it holds or fails the test after 20s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // await, inside a synctest bubble, lets the bubble's fake clock run for d
 // (the runner's ticks and backoffs and the source's polls fire as they fall
 // due; d costs no real time), waits until every goroutine of the bubble is
