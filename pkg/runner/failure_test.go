@@ -19,32 +19,33 @@ var errPoison = errors.New("poison")
 // TestBlockHoldsCommitBelowPoison checks invariant 9 with Block: the poison
 // record is retried, the commit stays just below it, other keys go on.
 func TestBlockHoldsCommitBelowPoison(t *testing.T) {
-	src := runnertest.New()
-	fill(src, 1, 100, 10) // key of offset i is k(i%10)
-	var attempts atomic.Int32
-	var healed atomic.Bool
-	var mu sync.Mutex
-	handledKeys := map[string]int{}
-	h := func(ctx context.Context, rec runner.Record) error {
-		if rec.Offset == 42 && !healed.Load() {
-			attempts.Add(1)
-			return errPoison
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		fill(src, 1, 100, 10) // key of offset i is k(i%10)
+		var attempts atomic.Int32
+		var healed atomic.Bool
+		var mu sync.Mutex
+		handledKeys := map[string]int{}
+		h := func(ctx context.Context, rec runner.Record) error {
+			if rec.Offset == 42 && !healed.Load() {
+				attempts.Add(1)
+				return errPoison
+			}
+			mu.Lock()
+			handledKeys[string(rec.Key)]++
+			mu.Unlock()
+			return nil
 		}
+		r := newRunner(t, src, runner.Handle(topic, h), runner.Backoff(time.Millisecond, 4*time.Millisecond),
+			runner.CommitInterval(2*time.Millisecond))
+		started(t, r)
+		assign(t, src, tp(0))
+		await(t, time.Second, "commit held at the poison record", committedAt(src, 0, 42))
+		if n := attempts.Load(); n < 5 {
+			t.Fatalf("offset 42 tried %d times in a second, want at least 5", n)
+		}
+		// Every other key finished all its records; k2 stopped at offset 42.
 		mu.Lock()
-		handledKeys[string(rec.Key)]++
-		mu.Unlock()
-		return nil
-	}
-	r := newRunner(t, src, runner.Handle(topic, h), runner.Backoff(time.Millisecond, 4*time.Millisecond),
-		runner.CommitInterval(2*time.Millisecond))
-	started(t, r)
-	assign(t, src, tp(0))
-	eventually(t, "commit held at the poison record", committedAt(src, 0, 42))
-	eventually(t, "retries", func() bool { return attempts.Load() >= 5 })
-	// Every other key finished all its records; k2 stopped at offset 42.
-	eventually(t, "other keys done", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
 		for k := range 10 {
 			key := "k" + string(rune('0'+k))
 			want := 10
@@ -52,16 +53,16 @@ func TestBlockHoldsCommitBelowPoison(t *testing.T) {
 				want = 4 // 2, 12, 22, 32 before 42
 			}
 			if handledKeys[key] != want {
-				return false
+				t.Errorf("key %s handled %d times, want %d", key, handledKeys[key], want)
 			}
 		}
-		return true
+		mu.Unlock()
+		if t.Failed() {
+			t.FailNow()
+		}
+		healed.Store(true)
+		await(t, time.Second, "commit reaches the end once the record succeeds", committedAt(src, 0, 100))
 	})
-	if off, _ := src.Committed(tp(0)); off != 42 {
-		t.Fatalf("commit %d passed the failing record 42", off)
-	}
-	healed.Store(true)
-	eventually(t, "commit reaches the end once the record succeeds", committedAt(src, 0, 100))
 }
 
 // dlq is a dead-letter writer that blocks until allowed, then records.
@@ -92,100 +93,106 @@ func (d *dlq) WriteDeadLetter(ctx context.Context, topic string, rec runner.Reco
 // only once its dead-letter write was acknowledged, and the dead-letter
 // record carries the origin and the error.
 func TestDeadLetterCommitsOnlyAfterWrite(t *testing.T) {
-	src := runnertest.New()
-	src.Append(
-		runner.Record{Topic: topic, Partition: 0, Offset: 0, Key: []byte("a")},
-		runner.Record{Topic: topic, Partition: 0, Offset: 1, Key: []byte("b"), Value: []byte("bad"), Headers: []runner.Header{{Key: "h", Value: []byte("1")}}},
-		runner.Record{Topic: topic, Partition: 0, Offset: 2, Key: []byte("c")},
-	)
-	d := &dlq{allow: make(chan struct{}), fails: 2}
-	m := newMeter()
-	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
-		if rec.Offset == 1 {
-			panic("boom") // a panic is a failed attempt, not a crash
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		src.Append(
+			runner.Record{Topic: topic, Partition: 0, Offset: 0, Key: []byte("a")},
+			runner.Record{Topic: topic, Partition: 0, Offset: 1, Key: []byte("b"), Value: []byte("bad"), Headers: []runner.Header{{Key: "h", Value: []byte("1")}}},
+			runner.Record{Topic: topic, Partition: 0, Offset: 2, Key: []byte("c")},
+		)
+		d := &dlq{allow: make(chan struct{}), fails: 2}
+		m := newMeter()
+		r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+			if rec.Offset == 1 {
+				panic("boom") // a panic is a failed attempt, not a crash
+			}
+			return nil
+		}), runner.Failure(runner.DeadLetter("t.dlq", 3, d)), runner.Backoff(time.Millisecond, 2*time.Millisecond),
+			runner.CommitInterval(2*time.Millisecond), runner.MeterProvider(m.provider))
+		started(t, r)
+		assign(t, src, tp(0))
+		// A second of fake time: the three attempts, then the dead-letter
+		// write waiting, over hundreds of commit intervals.
+		await(t, time.Second, "commit held below the record being dead-lettered", committedAt(src, 0, 1))
+		if n := m.sum(t, "tidemark.records.failed"); n != 3 {
+			t.Fatalf("tidemark.records.failed = %d, want 3 failed attempts", n)
 		}
-		return nil
-	}), runner.Failure(runner.DeadLetter("t.dlq", 3, d)), runner.Backoff(time.Millisecond, 2*time.Millisecond),
-		runner.CommitInterval(2*time.Millisecond), runner.MeterProvider(m.provider))
-	started(t, r)
-	assign(t, src, tp(0))
-	eventually(t, "commit held below the record being dead-lettered", committedAt(src, 0, 1))
-	eventually(t, "three failed attempts", func() bool { return m.sum(t, "tidemark.records.failed") == 3 })
-	time.Sleep(10 * time.Millisecond)
-	if off, _ := src.Committed(tp(0)); off != 1 {
-		t.Fatalf("commit moved to %d before the dead-letter write was acknowledged", off)
-	}
-	close(d.allow) // the first two writes fail, the third is acknowledged
-	eventually(t, "commit passes after the write", committedAt(src, 0, 3))
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.got) != 1 {
-		t.Fatalf("%d dead-letter records, want 1", len(d.got))
-	}
-	got := d.got[0]
-	want := map[string]string{
-		"h": "1", "tidemark-attempts": "3", "tidemark-origin-topic": topic,
-		"tidemark-origin-partition": "0", "tidemark-origin-offset": "1",
-	}
-	for k, v := range want {
-		if hv, ok := got.Header(k); !ok || string(hv) != v {
-			t.Errorf("dead-letter header %s = %q, want %q", k, hv, v)
+		close(d.allow) // the first two writes fail, the third is acknowledged
+		await(t, time.Second, "commit passes after the write", committedAt(src, 0, 3))
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if len(d.got) != 1 {
+			t.Fatalf("%d dead-letter records, want 1", len(d.got))
 		}
-	}
-	if e, _ := got.Header("tidemark-error"); !strings.Contains(string(e), "panicked") || !strings.Contains(string(e), "boom") {
-		t.Errorf("tidemark-error = %q, want the panic", e)
-	}
-	if string(got.Value) != "bad" || string(got.Key) != "b" {
-		t.Errorf("dead-letter record key/value = %q/%q", got.Key, got.Value)
-	}
-	if n := m.sum(t, "tidemark.records.dead_lettered"); n != 1 {
-		t.Errorf("dead_lettered counter = %d, want 1", n)
-	}
+		got := d.got[0]
+		want := map[string]string{
+			"h": "1", "tidemark-attempts": "3", "tidemark-origin-topic": topic,
+			"tidemark-origin-partition": "0", "tidemark-origin-offset": "1",
+		}
+		for k, v := range want {
+			if hv, ok := got.Header(k); !ok || string(hv) != v {
+				t.Errorf("dead-letter header %s = %q, want %q", k, hv, v)
+			}
+		}
+		if e, _ := got.Header("tidemark-error"); !strings.Contains(string(e), "panicked") || !strings.Contains(string(e), "boom") {
+			t.Errorf("tidemark-error = %q, want the panic", e)
+		}
+		if string(got.Value) != "bad" || string(got.Key) != "b" {
+			t.Errorf("dead-letter record key/value = %q/%q", got.Key, got.Value)
+		}
+		if n := m.sum(t, "tidemark.records.dead_lettered"); n != 1 {
+			t.Errorf("dead_lettered counter = %d, want 1", n)
+		}
+	})
 }
 
 // TestSkipIsCountedAndMovesOn: Skip completes the record after the attempts.
 func TestSkipIsCountedAndMovesOn(t *testing.T) {
-	src := runnertest.New()
-	fill(src, 1, 10, 10)
-	m := newMeter()
-	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
-		if rec.Offset == 4 {
-			return errPoison
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		fill(src, 1, 10, 10)
+		m := newMeter()
+		r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+			if rec.Offset == 4 {
+				return errPoison
+			}
+			return nil
+		}), runner.Failure(runner.Skip(2)), runner.Backoff(time.Millisecond, time.Millisecond),
+			runner.CommitInterval(2*time.Millisecond), runner.MeterProvider(m.provider))
+		started(t, r)
+		assign(t, src, tp(0))
+		await(t, time.Second, "commit at the end", committedAt(src, 0, 10))
+		if n := m.sum(t, "tidemark.records.skipped"); n != 1 {
+			t.Fatalf("skipped = %d, want 1", n)
 		}
-		return nil
-	}), runner.Failure(runner.Skip(2)), runner.Backoff(time.Millisecond, time.Millisecond),
-		runner.CommitInterval(2*time.Millisecond), runner.MeterProvider(m.provider))
-	started(t, r)
-	assign(t, src, tp(0))
-	eventually(t, "commit at the end", committedAt(src, 0, 10))
-	if n := m.sum(t, "tidemark.records.skipped"); n != 1 {
-		t.Fatalf("skipped = %d, want 1", n)
-	}
-	if n := m.sum(t, "tidemark.records.failed"); n != 2 {
-		t.Fatalf("failed attempts = %d, want 2", n)
-	}
+		if n := m.sum(t, "tidemark.records.failed"); n != 2 {
+			t.Fatalf("failed attempts = %d, want 2", n)
+		}
+	})
 }
 
 // TestHandlerTimeoutIsAFailedAttempt: an attempt past HandlerTimeout is
 // cancelled and retried.
 func TestHandlerTimeoutIsAFailedAttempt(t *testing.T) {
-	src := runnertest.New()
-	fill(src, 1, 3, 3)
-	var calls atomic.Int32
-	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
-		if rec.Offset == 1 && calls.Add(1) == 1 {
-			<-ctx.Done()
-			return ctx.Err()
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		fill(src, 1, 3, 3)
+		var calls atomic.Int32
+		r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+			if rec.Offset == 1 && calls.Add(1) == 1 {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return nil
+		}), runner.HandlerTimeout(20*time.Millisecond), runner.Backoff(time.Millisecond, time.Millisecond),
+			runner.CommitInterval(2*time.Millisecond))
+		started(t, r)
+		assign(t, src, tp(0))
+		await(t, time.Second, "commit at the end", committedAt(src, 0, 3))
+		if n := calls.Load(); n != 2 {
+			t.Fatalf("offset 1 ran %d times, want 2 (timed out once)", n)
 		}
-		return nil
-	}), runner.HandlerTimeout(20*time.Millisecond), runner.Backoff(time.Millisecond, time.Millisecond),
-		runner.CommitInterval(2*time.Millisecond))
-	started(t, r)
-	assign(t, src, tp(0))
-	eventually(t, "commit at the end", committedAt(src, 0, 3))
-	if n := calls.Load(); n != 2 {
-		t.Fatalf("offset 1 ran %d times, want 2 (timed out once)", n)
-	}
+	})
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -72,15 +73,16 @@ func started(t *testing.T, r *runner.Runner) func() error {
 	return wait
 }
 
-// eventually polls cond until it holds or fails the test after 20s.
-func eventually(t *testing.T, what string, cond func() bool) {
+// await, inside a synctest bubble, lets the bubble's fake clock run for d
+// (the runner's ticks and backoffs and the source's polls fire as they fall
+// due; d costs no real time), waits until every goroutine of the bubble is
+// blocked, and fails the test unless cond holds then.
+func await(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
+	time.Sleep(d)
+	synctest.Wait()
+	if !cond() {
+		t.Fatalf("not so after %v with the runner idle: %s", d, what)
 	}
 }
 

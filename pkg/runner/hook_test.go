@@ -19,70 +19,75 @@ import (
 // without running the handler; a failing hook is retried before any record
 // of the partition runs.
 func TestAssignHookSkipsApplied(t *testing.T) {
-	src := runnertest.New()
-	fill(src, 1, 10, 10)
-	var hookCalls atomic.Int32
-	var mu sync.Mutex
-	var ran []int64
-	r, err := runner.New(src,
-		runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
-			mu.Lock()
-			ran = append(ran, rec.Offset)
-			mu.Unlock()
-			return nil
-		}),
-		runner.OnAssign(runner.PerPartition(func(ctx context.Context, a runner.Assignment) (runner.Applied, error) {
-			if hookCalls.Add(1) < 3 {
-				return nil, errors.New("database unavailable")
-			}
-			return func(off int64) bool { return off < 4 }, nil
-		})),
-		runner.Backoff(time.Millisecond, time.Millisecond), runner.CommitInterval(2*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	started(t, r)
-	assign(t, src, tp(0))
-	eventually(t, "commit at the end", committedAt(src, 0, 10))
-	if n := hookCalls.Load(); n != 3 {
-		t.Fatalf("hook called %d times, want 3 (two failures retried)", n)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(ran) != 6 {
-		t.Fatalf("handler ran for %v, want offsets 4..9 once each", ran)
-	}
-	for _, off := range ran {
-		if off < 4 {
-			t.Fatalf("handler ran for applied offset %d", off)
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		fill(src, 1, 10, 10)
+		var hookCalls atomic.Int32
+		var mu sync.Mutex
+		var ran []int64
+		r, err := runner.New(src,
+			runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+				mu.Lock()
+				ran = append(ran, rec.Offset)
+				mu.Unlock()
+				return nil
+			}),
+			runner.OnAssign(runner.PerPartition(func(ctx context.Context, a runner.Assignment) (runner.Applied, error) {
+				if hookCalls.Add(1) < 3 {
+					return nil, errors.New("database unavailable")
+				}
+				return func(off int64) bool { return off < 4 }, nil
+			})),
+			runner.Backoff(time.Millisecond, time.Millisecond), runner.CommitInterval(2*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		started(t, r)
+		assign(t, src, tp(0))
+		await(t, time.Second, "commit at the end", committedAt(src, 0, 10))
+		if n := hookCalls.Load(); n != 3 {
+			t.Fatalf("hook called %d times, want 3 (two failures retried)", n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(ran) != 6 {
+			t.Fatalf("handler ran for %v, want offsets 4..9 once each", ran)
+		}
+		for _, off := range ran {
+			if off < 4 {
+				t.Fatalf("handler ran for applied offset %d", off)
+			}
+		}
+	})
 }
 
 // TestFencedIsNeitherCompletedNorRetried: a handler reporting ErrFenced
 // leaves its record incomplete, so the commit stops below it, and it is not
 // retried.
 func TestFencedIsNeitherCompletedNorRetried(t *testing.T) {
-	src := runnertest.New()
-	fill(src, 1, 10, 10)
-	var calls atomic.Int32
-	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
-		if rec.Offset == 6 {
-			calls.Add(1)
-			return fmt.Errorf("inbox: lease moved on: %w", runner.ErrFenced)
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		fill(src, 1, 10, 10)
+		var calls atomic.Int32
+		r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+			if rec.Offset == 6 {
+				calls.Add(1)
+				return fmt.Errorf("inbox: lease moved on: %w", runner.ErrFenced)
+			}
+			return nil
+		}), runner.Backoff(time.Millisecond, time.Millisecond), runner.CommitInterval(2*time.Millisecond))
+		started(t, r)
+		assign(t, src, tp(0))
+		await(t, time.Second, "commit below the fenced record", committedAt(src, 0, 6))
+		time.Sleep(time.Second) // fake time: hundreds of commit intervals more
+		synctest.Wait()
+		if off, _ := src.Committed(tp(0)); off != 6 {
+			t.Fatalf("commit %d passed the fenced record 6", off)
 		}
-		return nil
-	}), runner.Backoff(time.Millisecond, time.Millisecond), runner.CommitInterval(2*time.Millisecond))
-	started(t, r)
-	assign(t, src, tp(0))
-	eventually(t, "commit below the fenced record", committedAt(src, 0, 6))
-	time.Sleep(20 * time.Millisecond)
-	if off, _ := src.Committed(tp(0)); off != 6 {
-		t.Fatalf("commit %d passed the fenced record 6", off)
-	}
-	if n := calls.Load(); n != 1 {
-		t.Fatalf("fenced record ran %d times, want 1 (no retry)", n)
-	}
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("fenced record ran %d times, want 1 (no retry)", n)
+		}
+	})
 }
 
 // TestAssignHookSeesGeneration: the hook gets the generation and member id

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -25,33 +26,35 @@ func TestOutcomeUnknownIsNeverGivenUp(t *testing.T) {
 		{"dead letter", func(d *dlq) runner.Policy { return runner.DeadLetter("t.dlq", 2, d) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src := runnertest.New()
-			fill(src, 1, 5, 5)
-			d := &dlq{allow: make(chan struct{})}
-			close(d.allow)
-			m := newMeter()
-			var attempts atomic.Int32
-			r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
-				if rec.Offset == 2 && attempts.Add(1) <= 6 {
-					return fmt.Errorf("commit of %s: %w", rec.String(), runner.ErrOutcomeUnknown)
+			synctest.Test(t, func(t *testing.T) {
+				src := runnertest.New()
+				fill(src, 1, 5, 5)
+				d := &dlq{allow: make(chan struct{})}
+				close(d.allow)
+				m := newMeter()
+				var attempts atomic.Int32
+				r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+					if rec.Offset == 2 && attempts.Add(1) <= 6 {
+						return fmt.Errorf("commit of %s: %w", rec.String(), runner.ErrOutcomeUnknown)
+					}
+					return nil
+				}), runner.Failure(tc.policy(d)), runner.Backoff(time.Millisecond, time.Millisecond),
+					runner.CommitInterval(2*time.Millisecond), runner.MeterProvider(m.provider))
+				started(t, r)
+				assign(t, src, tp(0))
+				await(t, time.Second, "commit at the end", committedAt(src, 0, 5))
+				if n := attempts.Load(); n != 7 {
+					t.Fatalf("offset 2 ran %d times, want 7 (6 unknown outcomes, then success)", n)
 				}
-				return nil
-			}), runner.Failure(tc.policy(d)), runner.Backoff(time.Millisecond, time.Millisecond),
-				runner.CommitInterval(2*time.Millisecond), runner.MeterProvider(m.provider))
-			started(t, r)
-			assign(t, src, tp(0))
-			eventually(t, "commit at the end", committedAt(src, 0, 5))
-			if n := attempts.Load(); n != 7 {
-				t.Fatalf("offset 2 ran %d times, want 7 (6 unknown outcomes, then success)", n)
-			}
-			if n := m.sum(t, "tidemark.records.skipped") + m.sum(t, "tidemark.records.dead_lettered"); n != 0 {
-				t.Fatalf("%d records skipped or dead-lettered, want 0", n)
-			}
-			d.mu.Lock()
-			defer d.mu.Unlock()
-			if len(d.got) != 0 {
-				t.Fatalf("%d dead-letter writes, want 0", len(d.got))
-			}
+				if n := m.sum(t, "tidemark.records.skipped") + m.sum(t, "tidemark.records.dead_lettered"); n != 0 {
+					t.Fatalf("%d records skipped or dead-lettered, want 0", n)
+				}
+				d.mu.Lock()
+				defer d.mu.Unlock()
+				if len(d.got) != 0 {
+					t.Fatalf("%d dead-letter writes, want 0", len(d.got))
+				}
+			})
 		})
 	}
 }

@@ -27,7 +27,7 @@ type Source struct {
 	Member string
 
 	mu        sync.Mutex
-	opMu      sync.Mutex // held while calling the sink
+	op        chan struct{} // a lock (see lockOp), held while calling the sink
 	logs      map[runner.TP][]runner.Record
 	committed map[runner.TP]int64
 	owned     map[runner.TP]*cursor
@@ -56,6 +56,7 @@ func New() *Source {
 		paused:    map[runner.TP]bool{},
 		ready:     make(chan struct{}),
 		wake:      make(chan struct{}, 1),
+		op:        make(chan struct{}, 1),
 		maxBatch:  map[runner.TP]int{},
 	}
 }
@@ -97,7 +98,7 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 			}
 		}
 		b, err := sink.Fetched(ctx, batches)
-		s.opMu.Unlock()
+		s.unlockOp()
 		if err != nil {
 			if errors.Is(err, runner.ErrStopped) || ctx.Err() != nil {
 				<-ctx.Done()
@@ -109,10 +110,10 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 	}
 }
 
-// take collects the next batches under opMu, which it leaves locked when it
+// take collects the next batches under the op lock, which it leaves locked when it
 // returns batches (Run unlocks it after the sink answered).
 func (s *Source) take(budget int) []runner.Batch {
-	s.opMu.Lock()
+	s.lockOp()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	size := s.BatchSize
@@ -150,10 +151,19 @@ func (s *Source) take(budget int) []runner.Batch {
 		out = append(out, runner.Batch{TP: tp, Records: recs, Position: recs[len(recs)-1].Offset + 1, HighWatermark: log[len(log)-1].Offset + 1})
 	}
 	if len(out) == 0 {
-		s.opMu.Unlock()
+		s.unlockOp()
 	}
 	return out
 }
+
+// lockOp takes the lock that serializes rebalance operations with fetching.
+// It is a channel, not a sync.Mutex, so that a goroutine waiting for it is
+// durably blocked in a testing/synctest bubble: synctest.Wait does not
+// return while a goroutine waits on a mutex, and a test that revokes in one
+// goroutine while the source polls in another would hang.
+func (s *Source) lockOp() { s.op <- struct{}{} }
+
+func (s *Source) unlockOp() { <-s.op }
 
 func (s *Source) poke() {
 	select {
@@ -195,8 +205,8 @@ func (s *Source) assign(ctx context.Context, next func(last int32) int32, tps []
 	if err != nil {
 		return err
 	}
-	s.opMu.Lock()
-	defer s.opMu.Unlock()
+	s.lockOp()
+	defer s.unlockOp()
 	s.mu.Lock()
 	gen := next(s.gen)
 	s.gen = max(s.gen, gen)
@@ -230,8 +240,8 @@ func (s *Source) Revoke(ctx context.Context, tps ...runner.TP) error {
 	if err != nil {
 		return err
 	}
-	s.opMu.Lock()
-	defer s.opMu.Unlock()
+	s.lockOp()
+	defer s.unlockOp()
 	err = sink.Revoked(ctx, tps, time.Time{})
 	s.mu.Lock()
 	for _, tp := range tps {
@@ -249,8 +259,8 @@ func (s *Source) Lose(ctx context.Context, tps ...runner.TP) error {
 	if err != nil {
 		return err
 	}
-	s.opMu.Lock()
-	defer s.opMu.Unlock()
+	s.lockOp()
+	defer s.unlockOp()
 	s.mu.Lock()
 	for _, tp := range tps {
 		delete(s.owned, tp)
