@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 )
@@ -57,7 +58,11 @@ type gapMember struct {
 
 func gapStart(t *testing.T, name string, src runner.Source, topic string, h runner.Handler, opts ...runner.Option) *gapMember {
 	t.Helper()
-	r, err := runner.New(src, append([]runner.Option{runner.Handle(topic, h), runner.Logger(quietLogger()),
+	run := src
+	if sp, ok := src.(*spySource); ok {
+		run = kafkatest.WithOptional(sp, sp.Source) // the adapter's fetch limits and dead letters, as without the spy
+	}
+	r, err := runner.New(run, append([]runner.Option{runner.Handle(topic, h), runner.Logger(quietLogger()),
 		runner.CommitInterval(100 * time.Millisecond), runner.DrainBudget(5 * time.Second)}, opts...)...)
 	if err != nil {
 		src.Close()

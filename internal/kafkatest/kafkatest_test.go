@@ -112,11 +112,18 @@ func TestRunnable(t *testing.T) {
 	for _, src := range []runner.Source{bare{}, writer{}, limiter{}, both{}} {
 		_, wantW := src.(runner.DeadLetterWriter)
 		_, wantL := src.(runner.FetchLimiter)
-		r := kafkatest.NewSpy(src).Runnable()
-		_, gotW := r.(runner.DeadLetterWriter)
-		_, gotL := r.(runner.FetchLimiter)
-		if gotW != wantW || gotL != wantL {
-			t.Errorf("%T: spy is a DeadLetterWriter %v, FetchLimiter %v; want %v, %v", src, gotW, gotL, wantW, wantL)
+		// Any wrapper that embeds runner.Source, as the Spy and
+		// sourcetest's contract spy do.
+		wrapper := struct{ runner.Source }{src}
+		for what, r := range map[string]runner.Source{
+			"spy":          kafkatest.NewSpy(src).Runnable(),
+			"WithOptional": kafkatest.WithOptional(wrapper, src),
+		} {
+			_, gotW := r.(runner.DeadLetterWriter)
+			_, gotL := r.(runner.FetchLimiter)
+			if gotW != wantW || gotL != wantL {
+				t.Errorf("%T, %s: a DeadLetterWriter %v, FetchLimiter %v; want %v, %v", src, what, gotW, gotL, wantW, wantL)
+			}
 		}
 	}
 }

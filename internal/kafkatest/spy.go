@@ -38,32 +38,38 @@ func (s *Spy) Run(ctx context.Context, sink runner.Sink) error {
 }
 
 // Runnable returns s as a runner.Source that also implements each optional
-// interface of the runner (runner.DeadLetterWriter, runner.FetchLimiter)
-// that the spied Source implements, so a runner over it behaves as over
-// the bare Source: it writes dead letters through it and sets its fetch
-// limits. Embedding runner.Source alone would hide them.
-func (s *Spy) Runnable() runner.Source {
-	dlw, isDLW := s.Source.(runner.DeadLetterWriter)
-	fl, isFL := s.Source.(runner.FetchLimiter)
+// interface of the runner that the spied Source implements (see
+// WithOptional).
+func (s *Spy) Runnable() runner.Source { return WithOptional(s, s.Source) }
+
+// WithOptional returns wrapper as a runner.Source that also implements each
+// optional interface of the runner (runner.DeadLetterWriter,
+// runner.FetchLimiter) that inner, the Source it wraps, implements, so a
+// runner over it behaves as over inner: it writes dead letters through it
+// and sets its fetch limits. A wrapper that embeds runner.Source alone
+// hides them.
+func WithOptional(wrapper, inner runner.Source) runner.Source {
+	dlw, isDLW := inner.(runner.DeadLetterWriter)
+	fl, isFL := inner.(runner.FetchLimiter)
 	switch {
 	case isDLW && isFL:
 		return struct {
-			*Spy
+			runner.Source
 			runner.DeadLetterWriter
 			runner.FetchLimiter
-		}{s, dlw, fl}
+		}{wrapper, dlw, fl}
 	case isDLW:
 		return struct {
-			*Spy
+			runner.Source
 			runner.DeadLetterWriter
-		}{s, dlw}
+		}{wrapper, dlw}
 	case isFL:
 		return struct {
-			*Spy
+			runner.Source
 			runner.FetchLimiter
-		}{s, fl}
+		}{wrapper, fl}
 	}
-	return s
+	return wrapper
 }
 
 // Owned returns the partitions owned now, sorted.

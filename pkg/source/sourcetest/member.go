@@ -100,7 +100,9 @@ func (e *env) start(name string, topics []string, h runner.Handler, o memberOpts
 	for _, topic := range topics {
 		opts = append(opts, runner.Handle(topic, h))
 	}
-	r, err := runner.New(sp, append(opts, o.runner...)...)
+	// WithOptional: the runner sets the adapter's fetch limits and writes
+	// dead letters through it, as it would without the spy.
+	r, err := runner.New(kafkatest.WithOptional(sp, src), append(opts, o.runner...)...)
 	if err != nil {
 		src.Close()
 		t.Fatalf("sourcetest: %s: runner.New: %v", name, err)
