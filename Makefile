@@ -135,7 +135,8 @@ demo: testbed-up
 
 # The benchmarks of docs/performance.md: every workload against its
 # baselines in one run on the bed, the table on stdout, the report and the
-# scaling curves into docs/bench (4-5 minutes on 2 cores). The bed is
+# scaling curves into docs/bench (about 10 minutes on 2 cores: 5 before
+# the partition-scaling workload, which takes 4-6). The bed is
 # left running, as by make demo. BENCH_FLAGS adds or overrides flags.
 BENCH_FLAGS ?=
 bench: testbed-up
