@@ -8,8 +8,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -54,105 +52,13 @@ import (
 // goroutine stacks: its bound is twice the heap's, three times that under
 // the race detector, whose shadow memory is resident.
 func TestBoundedMemoryKafkago(t *testing.T) {
-	const partitions, byteCap = 12, 16 << 20
-	tests := []struct {
-		name      string
-		records   int
-		value     int // bytes; 0: strconv.Itoa(i)
-		minRecord int
-		high, low int           // records
-		highBytes int64         // ByteWaterMarks' high; low is half
-		handler   time.Duration // per record; 32 at a time
-	}{
-		{name: "small records", records: 1_000_000, minRecord: 16, high: 500, low: 250, highBytes: 1 << 20, handler: 2 * time.Millisecond},
-		{name: "1 KiB records", records: 150_000, value: 1 << 10, minRecord: 1 << 10, high: 2000, low: 1000, highBytes: 768 << 10, handler: 5 * time.Millisecond},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			heapBound := int64(byteCap + memSlack)
-			rssBound := 2 * heapBound
-			if raceDetector {
-				rssBound *= 3
-			}
-			topic := bed.Topic(t, partitions)
-			group := bed.Group(t)
-			produceSmallBatches(t, topic, tc.records, tc.value, func(i int) string { return "key-" + strconv.Itoa(i%10_000) })
-
-			var handled atomic.Int64
-			src, err := kafkago.New(bed.Kafka(t), group, []string{topic}, kafkago.Logger(quietLogger()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			// The baseline: what the producer left is collected and its
-			// pages given back to the kernel, so that neither counts.
-			debug.FreeOSMemory()
-			heap0, rss0 := liveHeap(), residentBytes(t)
-			r, err := runner.New(src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
-				time.Sleep(tc.handler)
-				handled.Add(1)
-				return nil
-			}), runner.Concurrency(32), runner.WaterMarks(tc.high, tc.low), runner.MaxBufferedBytes(byteCap),
-				runner.ByteWaterMarks(tc.highBytes, tc.highBytes/2), runner.RecordShape(tc.minRecord, 4),
-				runner.CommitInterval(10*time.Millisecond), runner.Logger(quietLogger()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- r.Run(context.Background()) }()
-
-			// The heap is measured live: right after a collection, above
-			// the baseline taken before the runner started. Resident
-			// memory is what an OOM killer reads.
-			var maxBuffered, maxTotal, allPaused int
-			var maxHeap, maxRSS int64
-			stop := time.Now().Add(15 * time.Second)
-			for i := 0; time.Now().Before(stop); i++ {
-				s := r.Stats()
-				paused := 0
-				for _, p := range s.Partitions {
-					maxBuffered = max(maxBuffered, p.Buffered)
-					if p.Paused {
-						paused++
-					}
-				}
-				if paused == partitions {
-					allPaused++
-				}
-				maxTotal = max(maxTotal, s.Buffered)
-				maxRSS = max(maxRSS, residentBytes(t)-rss0)
-				if i%25 == 0 {
-					maxHeap = max(maxHeap, liveHeap()-heap0)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if err := r.Shutdown(ctx); err != nil {
-				t.Fatalf("Shutdown: %v", err)
-			}
-			if err := <-done; err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			mib := func(n int64) float64 { return float64(n) / (1 << 20) }
-			t.Logf("handled %d of %d records in 15s; max buffered per partition %d (high %d), in all %d; every partition paused in %d samples; max live heap growth %.1f MiB (bound %.1f), max RSS growth %.1f MiB (bound %.1f)",
-				handled.Load(), tc.records, maxBuffered, tc.high, maxTotal, allPaused, mib(maxHeap), mib(heapBound), mib(maxRSS), mib(rssBound))
-			if n := handled.Load(); n == 0 || n == int64(tc.records) {
-				t.Fatalf("handled %d of %d records: the backlog did not last the 15s measured", n, tc.records)
-			}
-			if maxBuffered > tc.high {
-				t.Fatalf("a partition held %d records, above the high water mark %d", maxBuffered, tc.high)
-			}
-			if allPaused == 0 {
-				t.Fatalf("never saw every partition paused (max buffered %d per partition, %d in all): the slow handler did not build a backlog, so the bound was not tested", maxBuffered, maxTotal)
-			}
-			if maxHeap > heapBound {
-				t.Errorf("live heap grew by %.1f MiB, above the bound %.1f MiB", mib(maxHeap), mib(heapBound))
-			}
-			if maxRSS > rssBound {
-				t.Errorf("resident memory grew by %.1f MiB, above the bound %.1f MiB", mib(maxRSS), mib(rssBound))
-			}
-		})
-	}
+	boundedMemory(t, func(t *testing.T, group, topic string) (runner.Source, func(t *testing.T)) {
+		src, err := kafkago.New(bed.Kafka(t), group, []string{topic}, kafkago.Logger(quietLogger()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return src, nil
+	})
 }
 
 // memSlack is what TestBoundedMemoryKafkago allows above the cap.
@@ -196,14 +102,6 @@ func produceSmallBatches(t *testing.T, topic string, n, value int, key func(i in
 	if err, _ := failed.Load().(error); err != nil {
 		t.Fatalf("produce %d records to %s: %v", n, topic, err)
 	}
-}
-
-// liveHeap returns the heap in use right after a collection.
-func liveHeap() int64 {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return int64(ms.HeapAlloc)
 }
 
 // residentBytes returns the process's resident memory (VmRSS).

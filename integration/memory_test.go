@@ -107,7 +107,7 @@ func checkShape(t *testing.T, topic string, uncompressed int64) {
 // memSampler measures the live heap as the last collection found it
 // (runtime/metrics /gc/heap/live:bytes: what was reachable, not what the
 // fetch goroutines allocated between the collection and the reading, which
-// liveHeap's HeapAlloc also counts), and the process's resident set
+// runtime.MemStats' HeapAlloc also counts), and the process's resident set
 // (residentBytes), both above a baseline taken when it is created.
 type memSampler struct {
 	t                 *testing.T
@@ -134,12 +134,17 @@ func (m *memSampler) liveHeap() uint64 {
 
 // sample reads the resident set, then collects and reads the live heap.
 func (m *memSampler) sample() {
-	if rss := uint64(residentBytes(m.t)); rss > m.baseRSS {
-		m.maxRSS = max(m.maxRSS, rss-m.baseRSS)
-	}
+	m.sampleRSS()
 	runtime.GC()
 	if h := m.liveHeap(); h > m.baseHeap {
 		m.maxHeap = max(m.maxHeap, h-m.baseHeap)
+	}
+}
+
+// sampleRSS reads the resident set only.
+func (m *memSampler) sampleRSS() {
+	if rss := uint64(residentBytes(m.t)); rss > m.baseRSS {
+		m.maxRSS = max(m.maxRSS, rss-m.baseRSS)
 	}
 }
 
@@ -360,6 +365,25 @@ func TestFranzSourceMemory(t *testing.T) {
 // much again) and goroutine stacks: its bound is twice the heap's, three
 // times that under the race detector, whose shadow memory is resident.
 func TestBoundedMemory(t *testing.T) {
+	boundedMemory(t, func(t *testing.T, group, topic string) (runner.Source, func(t *testing.T)) {
+		watch := &shapeWatch{Handler: quietLogger().Handler()}
+		src, err := franz.New(bed.Kafka(t), group, []string{topic}, franz.Logger(slog.New(watch)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return src, func(t *testing.T) {
+			if watch.outside.Load() {
+				t.Fatal("the adapter saw records outside the stated shape: the test would not test the bound")
+			}
+		}
+	})
+}
+
+// boundedMemory is TestBoundedMemory and TestBoundedMemoryKafkago: a backlog
+// of records of the stated shape on 12 partitions, a slow handler, a 16 MiB
+// cap. newSource makes the adapter for a subtest and returns a check of its
+// own that runs after the measurement (nil for none).
+func boundedMemory(t *testing.T, newSource func(t *testing.T, group, topic string) (runner.Source, func(t *testing.T))) {
 	const partitions, byteCap = 12, 16 << 20
 	tests := []struct {
 		name      string
@@ -385,11 +409,7 @@ func TestBoundedMemory(t *testing.T) {
 			produceSmallBatches(t, topic, tc.records, tc.value, func(i int) string { return "key-" + strconv.Itoa(i%10_000) })
 
 			var handled atomic.Int64
-			watch := &shapeWatch{Handler: quietLogger().Handler()}
-			src, err := franz.New(bed.Kafka(t), group, []string{topic}, franz.Logger(slog.New(watch)))
-			if err != nil {
-				t.Fatal(err)
-			}
+			src, check := newSource(t, group, topic)
 			mem := newMemSampler(t)
 			r, err := runner.New(src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
 				time.Sleep(tc.handler)
@@ -404,6 +424,8 @@ func TestBoundedMemory(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- r.Run(context.Background()) }()
 
+			// The resident set every sample (what an OOM killer reads),
+			// the live heap, which costs a collection, every fifth.
 			var maxBuffered, maxTotal, allPaused int
 			stop := time.Now().Add(15 * time.Second)
 			for i := 0; time.Now().Before(stop); i++ {
@@ -421,6 +443,8 @@ func TestBoundedMemory(t *testing.T) {
 				maxTotal = max(maxTotal, s.Buffered)
 				if i%5 == 0 {
 					mem.sample()
+				} else {
+					mem.sampleRSS()
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -434,8 +458,8 @@ func TestBoundedMemory(t *testing.T) {
 			}
 			t.Logf("handled %d of %d records in 15s; max buffered per partition %d (high %d), in all %d; every partition paused in %d samples; max live heap growth %.1f MiB (bound %.1f), max RSS growth %.1f MiB (bound %.1f)",
 				handled.Load(), tc.records, maxBuffered, tc.high, maxTotal, allPaused, mib(mem.maxHeap), mib(heapBound), mib(mem.maxRSS), mib(rssBound))
-			if watch.outside.Load() {
-				t.Fatal("the adapter saw records outside the stated shape: the test would not test the bound")
+			if check != nil {
+				check(t)
 			}
 			if n := handled.Load(); n == 0 || n == int64(tc.records) {
 				t.Fatalf("handled %d of %d records: the backlog did not last the 15s measured", n, tc.records)
