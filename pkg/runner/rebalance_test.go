@@ -336,6 +336,15 @@ func TestSparseOffsetsAndPosition(t *testing.T) {
 // built before the loss was answered, so a source cannot get the partition
 // back and send that old offset under a new generation.
 func TestLostWaitsForTheCommitInFlight(t *testing.T) {
+	waitsForTheCommitInFlight(t, "Lose", func(src *runnertest.Source) error {
+		return src.Lose(context.Background(), tp(0))
+	})
+}
+
+// waitsForTheCommitInFlight: with a commit of t/0's assignment held in
+// flight, what (act, which ends that assignment) does not return until the
+// commit was answered.
+func waitsForTheCommitInFlight(t *testing.T, what string, act func(src *runnertest.Source) error) {
 	synctest.Test(t, func(t *testing.T) {
 		src := runnertest.New()
 		fill(src, 1, 10, 10)
@@ -345,24 +354,24 @@ func TestLostWaitsForTheCommitInFlight(t *testing.T) {
 			runner.CommitInterval(time.Millisecond))
 		started(t, r)
 		assign(t, src, tp(0))
-		<-held // a commit is in flight
-		lost := make(chan error, 1)
-		go func() { lost <- src.Lose(context.Background(), tp(0)) }()
+		<-held // a commit of the assignment is in flight
+		done := make(chan error, 1)
+		go func() { done <- act(src) }()
 		synctest.Wait()
 		select {
-		case err := <-lost:
-			t.Fatalf("Lose returned (%v) while a commit built before it was in flight", err)
+		case err := <-done:
+			t.Fatalf("%s returned (%v) while a commit built before it was in flight", what, err)
 		default:
 		}
 		release()
 		synctest.Wait()
 		select {
-		case err := <-lost:
+		case err := <-done:
 			if err != nil {
 				t.Fatal(err)
 			}
 		default:
-			t.Fatal("Lose did not return after the commit was answered")
+			t.Fatalf("%s did not return after the commit was answered", what)
 		}
 	})
 }
@@ -469,33 +478,7 @@ func TestRevokeDrainDoesNotEndANewerAssignment(t *testing.T) {
 // one was answered, so the source cannot send that commit under the new
 // generation. (It used to be answered at once.)
 func TestReassignWaitsForTheCommitInFlight(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		src := runnertest.New()
-		fill(src, 1, 10, 10)
-		held, release := src.HoldCommits()
-		defer release()
-		r := newRunner(t, src, runner.Handle(topic, func(context.Context, runner.Record) error { return nil }),
-			runner.CommitInterval(time.Millisecond))
-		started(t, r)
-		assign(t, src, tp(0))
-		<-held // a commit of the first assignment is in flight
-		again := make(chan error, 1)
-		go func() { again <- src.Assign(context.Background(), tp(0)) }()
-		synctest.Wait()
-		select {
-		case err := <-again:
-			t.Fatalf("the second Assign returned (%v) while a commit built for the first was in flight", err)
-		default:
-		}
-		release()
-		synctest.Wait()
-		select {
-		case err := <-again:
-			if err != nil {
-				t.Fatal(err)
-			}
-		default:
-			t.Fatal("the second Assign did not return after the commit was answered")
-		}
+	waitsForTheCommitInFlight(t, "the second Assign", func(src *runnertest.Source) error {
+		return src.Assign(context.Background(), tp(0))
 	})
 }
