@@ -122,13 +122,7 @@ func TestHandOverManyPartitions(t *testing.T) {
 	produce(c, "many", partitions, per)
 	fetches := watchFetches(c, "many", partitions)
 
-	src, err := kafkago.New(c.Brokers(), "g", []string{"many"},
-		kafkago.SessionTimeout(2*time.Second), kafkago.RebalanceTimeout(3*time.Second),
-		kafkago.HeartbeatInterval(100*time.Millisecond), kafkago.MaxWait(100*time.Millisecond),
-		kafkago.Logger(kafkatest.Logger(t)))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	src := newSource(t, c, "many", kafkago.MaxWait(100*time.Millisecond))
 	sink := &handOvers{release: make(chan struct{}), entered: make(chan struct{})}
 	l := newLedger()
 	r, err := runner.New(&handOverSource{Source: src, sink: sink}, runner.Handle("many", l.handler(nil)),
@@ -199,13 +193,7 @@ func TestPauseKeepsFetched(t *testing.T) {
 	produce(c, "paused", partitions, per)
 	fetches := watchFetches(c, "paused", partitions)
 
-	src, err := kafkago.New(c.Brokers(), "g", []string{"paused"},
-		kafkago.SessionTimeout(2*time.Second), kafkago.RebalanceTimeout(3*time.Second),
-		kafkago.HeartbeatInterval(100*time.Millisecond), kafkago.MaxWait(100*time.Millisecond),
-		kafkago.Logger(kafkatest.Logger(t)))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	src := newSource(t, c, "paused", kafkago.MaxWait(100*time.Millisecond))
 	pc := &pauseCounter{Source: src, pauses: map[runner.TP]int{}}
 	l := newLedger()
 	r, err := runner.New(pc, runner.Handle("paused", l.handler(func(runner.Record) { time.Sleep(100 * time.Microsecond) })),
