@@ -21,7 +21,7 @@ func (r *Runner) deliver(b *Batch) {
 	now := time.Now()
 	for i := range b.Records {
 		rec := &b.Records[i]
-		if err := ps.p.Deliver(rec.Offset); err != nil {
+		if err := r.track(ps, rec.Offset); err != nil {
 			// A redelivered or out-of-order offset: the first delivery is
 			// tracked, so this copy is dropped, loudly.
 			r.log.Warn("record delivered out of order; dropped", "record", rec.String(), "err", err)
@@ -146,7 +146,7 @@ func (r *Runner) onDone(t *task) {
 	r.totalBytes -= t.size
 	ps.unlink(t)
 
-	if t.res != resCancelled && t.res != resFenced {
+	if !r.settleDone(t) && t.res != resCancelled && t.res != resFenced {
 		switch ps.p.Complete(t.epoch, t.rec.Offset) {
 		case rebalance.Advanced:
 			r.applyPosition(ps)

@@ -65,6 +65,7 @@ func (r *Runner) dropWaiting(ps *partState, l *lane) {
 }
 
 func (r *Runner) drop(ps *partState, t *task) {
+	r.settleDropped(t)
 	t.dropped = true
 	ps.unlink(t)
 	ps.count--

@@ -27,6 +27,9 @@ type Runner struct {
 	tel    *telemetry
 	tracer tracer
 
+	// settler is src when it settles records one by one (settle.go).
+	settler Settler
+
 	// Channels between the poll goroutine and everyone else.
 	sinkCh    chan *sinkReq   // source → loop
 	workq     workQueue       // loop → workers
@@ -95,6 +98,9 @@ func New(src Source, opts ...Option) (*Runner, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if err := cfg.settledOptions(src); err != nil {
+		return nil, err
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -114,6 +120,7 @@ func New(src Source, opts ...Option) (*Runner, error) {
 		parts:     map[TP]*partState{},
 		keySeed:   maphash.MakeSeed(),
 	}
+	r.settler, _ = src.(Settler)
 	r.workq.cond.L = &r.workq.mu
 	r.pauseAt, _ = cfg.globalLimits()
 	r.overhead = RecordOverhead(cfg.ordering)
