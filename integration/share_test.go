@@ -512,3 +512,46 @@ func recordHeader(r *kgo.Record, key string) (string, bool) {
 	}
 	return "", false
 }
+
+// TestShareRenewKeepsConnection: with ConnIdleTimeout (1s) shorter than the
+// lock (6s), renewing by the lock alone leaves the session's fetch
+// connection idle long enough for franz-go to close it, and the broker
+// drops the share session with it: the acks of the records already handled
+// are refused and every record of the poll — the one still running too — is
+// delivered again. The session renews (and flushes) by the shorter of the
+// two, so a 9s handler keeps its record and every record is handled once.
+// (Renewing by the lock alone: record 0 handled twice, delivery counts
+// [1 2], three "share ack refused" warnings.)
+func TestShareRenewKeepsConnection(t *testing.T) {
+	const n = 5
+	topic, group := bed.Topic(t, 1), bed.Name(t, "share")
+	bed.Produce(t, topic, n, nil)
+	adm := bed.Admin(t)
+	src, err := share.New(bed.Kafka(t), group, []string{topic}, share.Sessions(1),
+		share.GroupConfig("share.auto.offset.reset", "earliest"),
+		share.GroupConfig("share.record.lock.duration.ms", "6000"),
+		share.ClientOptions(kgo.ConnIdleTimeout(time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHandled()
+	startShare(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+		h.add(rec)
+		if rec.Offset == 0 && rec.DeliveryCount == 1 {
+			select {
+			case <-time.After(9 * time.Second):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}), runner.Failure(runner.Skip(3)))
+	kafkatest.WaitFor(t, time.Minute, "every record acknowledged (lag 0)", func() bool {
+		return h.distinct() == n && shareLag(t, adm, group, topic, 0) == 0
+	})
+	for off := int64(0); off < n; off++ {
+		if calls, counts := h.get(off); calls != 1 || counts[0] != 1 {
+			t.Errorf("offset %d: %d handler calls with delivery counts %v, want 1 call with count 1: the session's connection closed under it", off, calls, counts)
+		}
+	}
+}
