@@ -3,13 +3,19 @@
 package integration_test
 
 // The cost of the share source's ack gating (docs/share.md): records/s with
-// one and four sessions, no-op and 5 ms handlers, Concurrency 64, against
-// the consumer-group source (franz) on the same kind of topic.
+// one and four sessions (polls of 512, the default, and of 128), no-op and
+// 5 ms handlers, Concurrency 64, 4 partitions, against the consumer-group
+// source (franz) on the same kind of topic. records/s runs from the first
+// handler call to the last (the group join is left out); redelivered
+// counts handler calls beyond one per record. In 5ms-straggler one record
+// in 1000 takes a second: a session waits for its slowest record before it
+// polls again, which the other sessions make up for.
 //
 //	go test -tags integration -run '^$' -bench BenchmarkShareThroughput -benchtime 1x ./integration/
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,9 +33,11 @@ func BenchmarkShareThroughput(b *testing.B) {
 		name  string
 		n     int
 		delay time.Duration
+		slow  int // every slow-th record takes a second (0: none)
 	}{
-		{"noop", 40_000, 0},
-		{"5ms", 15_000, 5 * time.Millisecond},
+		{"noop", 40_000, 0, 0},
+		{"5ms", 15_000, 5 * time.Millisecond, 0},
+		{"5ms-straggler", 15_000, 5 * time.Millisecond, 1000},
 	} {
 		for _, sc := range []struct {
 			name string
@@ -42,8 +50,14 @@ func BenchmarkShareThroughput(b *testing.B) {
 			{"share-S4", func(b *testing.B, group, topic string) runner.Source {
 				return benchShare(b, group, topic, share.Sessions(4))
 			}, []runner.Option{runner.Failure(runner.Skip(3))}},
-			{"share-S4-M512", func(b *testing.B, group, topic string) runner.Source {
-				return benchShare(b, group, topic, share.Sessions(4), share.MaxPollRecords(512))
+			{"share-S1-M128", func(b *testing.B, group, topic string) runner.Source {
+				return benchShare(b, group, topic, share.Sessions(1), share.MaxPollRecords(128))
+			}, []runner.Option{runner.Failure(runner.Skip(3))}},
+			{"share-S4-M128", func(b *testing.B, group, topic string) runner.Source {
+				return benchShare(b, group, topic, share.Sessions(4), share.MaxPollRecords(128))
+			}, []runner.Option{runner.Failure(runner.Skip(3))}},
+			{"share-S16-M128", func(b *testing.B, group, topic string) runner.Source {
+				return benchShare(b, group, topic, share.Sessions(16), share.MaxPollRecords(128))
 			}, []runner.Option{runner.Failure(runner.Skip(3))}},
 			{"group-franz", func(b *testing.B, group, topic string) runner.Source {
 				src, err := franz.New(bed.Kafka(b), group, []string{topic}, franz.Logger(quietLogger()))
@@ -61,10 +75,13 @@ func BenchmarkShareThroughput(b *testing.B) {
 					var done atomic.Int64
 					var first, last atomic.Int64 // unix nanos
 					r, err := runner.New(sc.src(b, group, topic), append([]runner.Option{
-						runner.Handle(topic, func(ctx context.Context, _ runner.Record) error {
+						runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
 							now := time.Now().UnixNano()
 							first.CompareAndSwap(0, now)
-							if hc.delay > 0 {
+							switch v, _ := strconv.Atoi(string(rec.Value)); {
+							case hc.slow > 0 && v%hc.slow == hc.slow-1:
+								time.Sleep(time.Second)
+							case hc.delay > 0:
 								time.Sleep(hc.delay)
 							}
 							done.Add(1)
