@@ -29,7 +29,7 @@ import (
 
 // shareLock is the acquisition lock the share tests give their groups
 // (share.record.lock.duration.ms; the bed allows down to 1s).
-const shareLock = 2 * time.Second
+const shareLock = 3 * time.Second
 
 // shareGroupOpts are the group configs every share test sets: start at the
 // earliest offset (the default, latest, would miss the records produced
