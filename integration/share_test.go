@@ -556,3 +556,46 @@ func TestShareRenewKeepsConnection(t *testing.T) {
 		}
 	}
 }
+
+// TestShareFlowPause: a session does not poll while the runner has a
+// partition paused. Records 0-7 block in their handlers, the rest return at
+// once. The blocked records keep the partition above its low water mark
+// (WaterMarks 10 and 4) once the two sessions' first polls brought it to
+// its high one, so the runner keeps it paused; the session whose records
+// finished holds nothing but must not poll again (on Kafka 4.4 the first
+// polls brought 0-5 and 8-15, and nothing more came). Ignoring the pause,
+// that session polls every other fast record at once.
+func TestShareFlowPause(t *testing.T) {
+	const n, poll, blocked = 40, 8, 8
+	topic, group := bed.Topic(t, 1), bed.Name(t, "share")
+	bed.Produce(t, topic, n, nil)
+	release := make(chan struct{})
+	h := newHandled()
+	startShare(t, newShareSource(t, group, topic, share.Sessions(2), share.MaxPollRecords(poll)),
+		runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+			h.add(rec)
+			if rec.Offset >= blocked {
+				return nil
+			}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}), runner.Failure(runner.Skip(3)), runner.WaterMarks(10, 4), runner.Concurrency(64))
+	kafkatest.WaitFor(t, time.Minute, "blocked and fast records handled", func() bool {
+		c0, _ := h.get(0)
+		return c0 > 0 && h.distinct() > blocked
+	})
+	// A session ignoring the pause would poll the rest at once: they are
+	// there for it.
+	time.Sleep(2 * time.Second)
+	// Each session's first poll, and one more that was on its way when
+	// the pause came, at most.
+	if got, most := h.distinct(), 3*poll; got > most {
+		t.Fatalf("%d records handled with the partition paused behind blocked ones, want at most %d: a session polled while the runner had paused the partition", got, most)
+	}
+	close(release)
+	kafkatest.WaitFor(t, time.Minute, "every record handled", func() bool { return h.distinct() == n })
+}
