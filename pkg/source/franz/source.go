@@ -53,47 +53,7 @@ type Source struct {
 	sink   runner.Sink
 	runCtx context.Context
 
-	// ownMu guards owned, the partitions the group gave this member and
-	// neither revoked nor lost since, and sent, the commits whose
-	// ownership check passed and that are not answered yet. It is held
-	// only for those maps, never across a call to the broker: the poll
-	// path takes it too.
-	//
-	// In the classic protocol the broker does not check that a committing
-	// member owns the partition, only that its member id and generation are
-	// current. When the session is lost, franz-go calls OnPartitionsLost and
-	// then rejoins with a new generation; a commit that was still waiting
-	// (for the coordinator, or for the join to finish) would go out under
-	// the new generation for a partition that now belongs to another member
-	// and rewind that member's progress. So the ownership check of a commit
-	// runs when franz-go issues the request (admit, through
-	// kgo.PreCommitFnContext), against the member id the request carries:
-	// it drops the partitions not owned under it and registers the rest
-	// in sent. onLost removes the partitions from owned first (disown),
-	// then waits, without the lock, for every sent commit that names one
-	// of them to be answered, and only then tells the runner. A commit
-	// admitted before carries the member id and generation under which we
-	// still owned the partitions (the broker rejects it, or, if they are
-	// still current, accepts it for a partition nobody else can own in that
-	// generation); every later one finds them not owned and drops them.
-	// That makes invariant 4 (after Lost, nothing is committed for the
-	// partition) hold at the broker, not only in the runner's table: once
-	// onLost returns no commit for the partitions can go out, not even one
-	// that was already waiting. The wait lasts at most one commit round
-	// trip, bounded by the commit's ctx.
-	//
-	// owned maps each partition to the member id it was assigned under.
-	// When a commit is refused because the member was removed from the
-	// group (UNKNOWN_MEMBER_ID), franz-go rejoins under a new member id and
-	// then reports the partitions it no longer has as revoked, not lost;
-	// by then its commits carry the new member id and generation, which
-	// the coordinator accepts. Comparing the member ids tells the two
-	// apart: partitions assigned under an earlier member id are lost, and
-	// no commit for them may go out under the new one (see admit).
-	ownMu  sync.Mutex
-	owned  map[runner.TP]string
-	sent   map[*sentCommit]struct{}
-	floors map[runner.TP]*floor // rejoined partitions whose committed offset rejoin could not read
+	own *ownership // the partitions this member owns, and the commits sent for them
 
 	// recBufs are emptied (and cleared) record buffers, reused by the
 	// next poll (Run's goroutine only): the runner copies the records it is
@@ -150,9 +110,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		topics: slices.Clone(topics),
 		log:    cfg.logger.With("component", "tidemark.franz", "group", group),
 		closed: make(chan struct{}),
-		owned:  map[runner.TP]string{},
-		sent:   map[*sentCommit]struct{}{},
-		floors: map[runner.TP]*floor{},
+		own:    newOwnership(),
 	}
 
 	// Overridable defaults first, then the caller's client options, then
