@@ -19,7 +19,26 @@ import (
 // Source is a runner.Source and runner.DeadLetterWriter over one franz-go
 // client that is a member of one consumer group. Create it with New and hand
 // it to runner.New; the runner calls Run, Pause, Resume, Commit and Close.
-// Its methods are safe for concurrent use. A Source runs once.
+// Its methods are safe for concurrent use. Pause and Resume never block, and
+// may be called from inside any Sink call Run or the group callbacks make
+// (the runner pauses partitions before Fetched and Assigned return); Commit
+// may run while Run waits in Sink.Fetched. A Source runs once.
+//
+// Its locks, each owned by one type, taken and released within one of its
+// methods, and never held across a broker round trip or a call into the
+// runner's Sink:
+//
+//   - hold.mu: the records taken from the client and not handed over (see
+//     hold). Taken before flow.mu, never after. Held across SetOffsets,
+//     which sends no request (see hold.polled).
+//   - flow.mu: what the runner paused and what the client was told (see
+//     flow). Held across PauseFetchPartitions and ResumeFetchPartitions,
+//     which send no request.
+//   - ownership.mu: the partitions owned and the commits admitted for them
+//     (see ownership). Nothing is called under it.
+//   - limMu: the fetch sizes (LimitFetch, fitBrokers, expansionHook). Held
+//     across UpdateFetchMaxBytes, which stores two atomics.
+//   - mu: sink and runCtx. Nothing is called under it.
 type Source struct {
 	cl     *kgo.Client
 	cfg    config
@@ -46,7 +65,8 @@ type Source struct {
 	closeOnce sync.Once
 
 	// mu guards sink and runCtx, which Run sets before it subscribes to the
-	// topics, so that no partition callback can run without them. runCtx is
+	// topics, so that no partition callback can run without them; it is
+	// held only to read or set them (sinkOf). runCtx is
 	// Run's ctx, kept because franz-go calls the callbacks on its own
 	// goroutines and their Sink calls must end with Run.
 	mu     sync.Mutex
@@ -318,8 +338,9 @@ func (s *Source) WriteDeadLetter(ctx context.Context, topic string, rec runner.R
 // finish (a dynamic member sends LeaveGroup so its partitions move at once;
 // a static member, see InstanceID, does not). The runner calls it after its
 // final commit; the revoke franz-go reports while leaving reaches a stopped
-// runner and returns at once. Close is safe to call more than once; later
-// calls return at once. Run returns after Close.
+// runner and returns at once. Close is safe to call more than once: a call
+// after the first returned returns at once, one concurrent with it waits
+// for it. Run returns after Close.
 func (s *Source) Close() error {
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
