@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 	"github.com/tidemark/tidemark/pkg/source/kafkago"
@@ -62,7 +63,7 @@ func TestCompactedTail(t *testing.T) {
 		"kafkago": func(group string) (runner.Source, error) {
 			return kafkago.New(bed.Kafka(t), group, []string{topic},
 				kafkago.SessionTimeout(6*time.Second), kafkago.RebalanceTimeout(10*time.Second),
-				kafkago.HeartbeatInterval(500*time.Millisecond), kafkago.Logger(quietLogger()),
+				kafkago.HeartbeatInterval(500*time.Millisecond), kafkago.Logger(kafkatest.Logger(t)),
 				// Smaller than one batch: a fetch answers with one batch
 				// only (KIP-74), so after 0-4 the broker sends X alone,
 				// again.
@@ -71,7 +72,7 @@ func TestCompactedTail(t *testing.T) {
 		"franz": func(group string) (runner.Source, error) {
 			return franz.New(bed.Kafka(t), group, []string{topic},
 				franz.SessionTimeout(10*time.Second), franz.RebalanceTimeout(20*time.Second),
-				franz.HeartbeatInterval(500*time.Millisecond), franz.Logger(quietLogger()),
+				franz.HeartbeatInterval(500*time.Millisecond), franz.Logger(kafkatest.Logger(t)),
 				franz.ClientOptions(kgo.FetchMaxBytes(value), kgo.FetchMaxPartitionBytes(value), kgo.FetchMaxWait(100*time.Millisecond)))
 		},
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/kafkago"
@@ -43,7 +44,7 @@ func TestInboxKafkago(t *testing.T) {
 	start := func(name string) *gapMember {
 		src, err := kafkago.New(bed.Kafka(t), group, []string{topic},
 			kafkago.SessionTimeout(6*time.Second), kafkago.RebalanceTimeout(10*time.Second),
-			kafkago.HeartbeatInterval(500*time.Millisecond), kafkago.Logger(quietLogger()))
+			kafkago.HeartbeatInterval(500*time.Millisecond), kafkago.Logger(kafkatest.Logger(t)))
 		if err != nil {
 			t.Fatalf("kafkago.New: %v", err)
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
@@ -54,7 +55,7 @@ func inboxDB(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	pool := bed.PG(t)
 	ctx := context.Background()
-	if err := inbox.Migrate(ctx, pool, inbox.Logger(quietLogger())); err != nil {
+	if err := inbox.Migrate(ctx, pool, inbox.Logger(kafkatest.Logger(t))); err != nil {
 		t.Fatalf("inbox.Migrate: %v", err)
 	}
 	if _, err := pool.Exec(ctx, inboxEffectsDDL); err != nil {
@@ -65,7 +66,7 @@ func inboxDB(t testing.TB) *pgxpool.Pool {
 
 func inboxStore(t testing.TB, pool *pgxpool.Pool, group string, opts ...inbox.Option) *inbox.Store {
 	t.Helper()
-	s, err := inbox.New(pool, group, append([]inbox.Option{inbox.Logger(quietLogger())}, opts...)...)
+	s, err := inbox.New(pool, group, append([]inbox.Option{inbox.Logger(kafkatest.Logger(t))}, opts...)...)
 	if err != nil {
 		t.Fatalf("inbox.New: %v", err)
 	}
@@ -119,7 +120,7 @@ func TestInboxMigrateConcurrently(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = inbox.Migrate(ctx, pool, inbox.Logger(quietLogger()))
+			errs[i] = inbox.Migrate(ctx, pool, inbox.Logger(kafkatest.Logger(t)))
 		}()
 	}
 	wg.Wait()
@@ -1229,12 +1230,12 @@ func TestInboxHelperProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	src, err := franz.New(bed.Kafka(t), group, []string{topic}, franz.InstanceID("inbox-crash"),
-		franz.SessionTimeout(6*time.Second), franz.HeartbeatInterval(500*time.Millisecond), franz.Logger(quietLogger()))
+		franz.SessionTimeout(6*time.Second), franz.HeartbeatInterval(500*time.Millisecond), franz.Logger(kafkatest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r, err := runner.New(src, runner.Handle(topic, s.Handler(inboxEffect(owner))), runner.OnAssign(s.AssignHook()),
-		runner.Concurrency(64), runner.CommitInterval(200*time.Millisecond), runner.Logger(quietLogger()),
+		runner.Concurrency(64), runner.CommitInterval(200*time.Millisecond), runner.Logger(kafkatest.Logger(t)),
 		runner.Backoff(20*time.Millisecond, 500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -1690,12 +1691,12 @@ func BenchmarkInboxKafka(b *testing.B) {
 				s := inboxStore(b, pool, group, mode.opts...)
 				var first atomic.Int64
 				hook := s.AssignHook()
-				src, err := franz.New(bed.Kafka(b), group, []string{topic}, franz.Logger(quietLogger()))
+				src, err := franz.New(bed.Kafka(b), group, []string{topic}, franz.Logger(kafkatest.Logger(b)))
 				if err != nil {
 					b.Fatal(err)
 				}
 				r, err := runner.New(src, runner.Handle(topic, s.Handler(inboxEffect("bench"))), runner.Concurrency(256),
-					runner.Logger(quietLogger()), runner.OnAssign(func(ctx context.Context, as []runner.Assignment) ([]runner.Applied, error) {
+					runner.Logger(kafkatest.Logger(b)), runner.OnAssign(func(ctx context.Context, as []runner.Assignment) ([]runner.Applied, error) {
 						first.CompareAndSwap(0, time.Now().UnixNano())
 						return hook(ctx, as)
 					}))

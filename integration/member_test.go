@@ -39,7 +39,7 @@ func gapFranz(t *testing.T, group, topic string, opts ...franz.Option) *franz.So
 	t.Helper()
 	src, err := franz.New(bed.Kafka(t), group, []string{topic}, append([]franz.Option{
 		franz.SessionTimeout(10 * time.Second), franz.RebalanceTimeout(20 * time.Second),
-		franz.HeartbeatInterval(500 * time.Millisecond), franz.Logger(quietLogger()),
+		franz.HeartbeatInterval(500 * time.Millisecond), franz.Logger(kafkatest.Logger(t)),
 	}, opts...)...)
 	if err != nil {
 		t.Fatalf("franz.New: %v", err)
@@ -62,7 +62,7 @@ func gapStart(t *testing.T, name string, src runner.Source, topic string, h runn
 	if sp, ok := src.(*spySource); ok {
 		run = kafkatest.WithOptional(sp, sp.Source) // the adapter's fetch limits and dead letters, as without the spy
 	}
-	r, err := runner.New(run, append([]runner.Option{runner.Handle(topic, h), runner.Logger(quietLogger()),
+	r, err := runner.New(run, append([]runner.Option{runner.Handle(topic, h), runner.Logger(kafkatest.Logger(t)),
 		runner.CommitInterval(100 * time.Millisecond), runner.DrainBudget(5 * time.Second)}, opts...)...)
 	if err != nil {
 		src.Close()

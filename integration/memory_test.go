@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 )
@@ -269,7 +270,7 @@ func TestFranzSourceMemory(t *testing.T) {
 	group := bed.Group(t)
 	checkShape(t, topic, produceShaped(t, topic, records))
 
-	watch := &shapeWatch{Handler: quietLogger().Handler()}
+	watch := &shapeWatch{Handler: kafkatest.Logger(t).Handler()}
 	// One broker: one fetch at a time, so k = 1 makes the bound tight.
 	src, err := franz.New(bed.Kafka(t), group, []string{topic}, franz.Logger(slog.New(watch)),
 		franz.ClientOptions(kgo.MaxConcurrentFetches(1)))
@@ -379,7 +380,7 @@ func TestFranzSourceMemory(t *testing.T) {
 // times that under the race detector, whose shadow memory is resident.
 func TestBoundedMemory(t *testing.T) {
 	boundedMemory(t, func(t *testing.T, group, topic string) (runner.Source, func(t *testing.T)) {
-		watch := &shapeWatch{Handler: quietLogger().Handler()}
+		watch := &shapeWatch{Handler: kafkatest.Logger(t).Handler()}
 		src, err := franz.New(bed.Kafka(t), group, []string{topic}, franz.Logger(slog.New(watch)))
 		if err != nil {
 			t.Fatal(err)
@@ -430,7 +431,7 @@ func boundedMemory(t *testing.T, newSource func(t *testing.T, group, topic strin
 				return nil
 			}), runner.Concurrency(32), runner.WaterMarks(tc.high, tc.low), runner.MaxBufferedBytes(byteCap),
 				runner.ByteWaterMarks(tc.highBytes, tc.highBytes/2), runner.RecordShape(tc.minRecord, 4),
-				runner.CommitInterval(10*time.Millisecond), runner.Logger(quietLogger()))
+				runner.CommitInterval(10*time.Millisecond), runner.Logger(kafkatest.Logger(t)))
 			if err != nil {
 				t.Fatal(err)
 			}

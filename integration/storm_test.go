@@ -6,9 +6,7 @@ import (
 	"context"
 
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,18 +14,10 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 )
-
-// quietLogger keeps the runner's and franz-go's logs out of test output
-// unless TIDEMARK_TEST_LOG is set.
-func quietLogger() *slog.Logger {
-	if os.Getenv("TIDEMARK_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-}
 
 // member is one in-process group member: a franz source and a runner.
 type member struct {
@@ -40,11 +30,11 @@ func startMember(t *testing.T, name, group, topic string, h runner.Handler, opts
 	t.Helper()
 	src, err := franz.New(bed.Kafka(t), group, []string{topic},
 		franz.SessionTimeout(10*time.Second), franz.RebalanceTimeout(20*time.Second),
-		franz.HeartbeatInterval(500*time.Millisecond), franz.Logger(quietLogger()))
+		franz.HeartbeatInterval(500*time.Millisecond), franz.Logger(kafkatest.Logger(t)))
 	if err != nil {
 		t.Fatalf("franz.New: %v", err)
 	}
-	r, err := runner.New(src, append([]runner.Option{runner.Handle(topic, h), runner.Logger(quietLogger()),
+	r, err := runner.New(src, append([]runner.Option{runner.Handle(topic, h), runner.Logger(kafkatest.Logger(t)),
 		runner.CommitInterval(200 * time.Millisecond), runner.DrainBudget(5 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatalf("runner.New: %v", err)
