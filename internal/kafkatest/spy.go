@@ -1,10 +1,8 @@
 package kafkatest
 
 import (
-	"cmp"
 	"context"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -80,9 +78,7 @@ func (s *Spy) Owned() []runner.TP {
 	for tp := range s.owned {
 		out = append(out, tp)
 	}
-	slices.SortFunc(out, func(a, b runner.TP) int {
-		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
-	})
+	slices.SortFunc(out, compareTP)
 	return out
 }
 

@@ -157,29 +157,29 @@ func revokeDrain(t *testing.T, f Factory) {
 	}
 	e.c.Produce(recs...)
 
-	l := newLedger()
+	l := kafkatest.NewLedger()
 	slow := func(context.Context, runner.Record) error { time.Sleep(work); return nil }
 	var (
 		mu             sync.Mutex
 		runningAtDrain = -1 // handlers of a running when its first revoke reached the runner
 	)
 	order := []runner.Option{runner.Order(runner.PartitionOrder), runner.Concurrency(8)}
-	a := e.start("a", []string{topic}, l.handler("a", slow), memberOpts{
+	a := e.start("a", []string{topic}, l.Handler("a", slow), memberOpts{
 		runner: order,
 		spy: func(s *spy) {
 			s.onRevoke = func([]runner.TP) {
 				mu.Lock()
 				if runningAtDrain < 0 {
-					runningAtDrain = l.runningIn("a")
+					runningAtDrain = l.Running("a")
 				}
 				mu.Unlock()
 			}
 		},
 	})
 	kafkatest.WaitFor(t, 30*time.Second, "the first member owns every partition", func() bool { return a.spy.ownedCount() == partitions })
-	kafkatest.WaitFor(t, 30*time.Second, "the first member handles records", func() bool { return l.count() >= 8 })
+	kafkatest.WaitFor(t, 30*time.Second, "the first member handles records", func() bool { return l.Count() >= 8 })
 	joinAt := time.Now()
-	b := e.start("b", []string{topic}, l.handler("b", slow), memberOpts{runner: order})
+	b := e.start("b", []string{topic}, l.Handler("b", slow), memberOpts{runner: order})
 	kafkatest.WaitFor(t, 30*time.Second, "both members own partitions", func() bool {
 		return a.spy.ownedCount() > 0 && b.spy.ownedCount() > 0 && a.spy.ownedCount()+b.spy.ownedCount() == partitions
 	})
@@ -194,7 +194,7 @@ func revokeDrain(t *testing.T, f Factory) {
 	for p := range int32(partitions) {
 		tp := tpOf(topic, p)
 		for off := range int64(per) {
-			if by := l.handledBy(tp, off); len(by) != 1 {
+			if by := l.HandledBy(tp, off); len(by) != 1 {
 				t.Errorf("%s@%d handled by %v, want exactly one member", tp, off, by)
 			}
 		}
@@ -280,8 +280,8 @@ func lostAfterEviction(t *testing.T, f Factory) {
 	}
 	defer stopProducing()
 
-	l := newLedger()
-	a := e.start("a", []string{topic}, l.handler("a", nil), memberOpts{})
+	l := kafkatest.NewLedger()
+	a := e.start("a", []string{topic}, l.Handler("a", nil), memberOpts{})
 	kafkatest.WaitFor(t, 30*time.Second, "the first member commits on every partition", func() bool {
 		got := e.c.Committed(e.group, topic)
 		return a.spy.ownedCount() == partitions && got[0] > 0 && got[1] > 0
@@ -293,7 +293,7 @@ func lostAfterEviction(t *testing.T, f Factory) {
 	owned := a.spy.ownedSet()
 	evictedAt := time.Now()
 	e.c.Evict(e.group, ms[0].MemberID)
-	b := e.start("b", []string{topic}, l.handler("b", nil), memberOpts{})
+	b := e.start("b", []string{topic}, l.Handler("b", nil), memberOpts{})
 	time.Sleep(3 * time.Second) // the eviction noticed, both members consuming
 	stopProducing()
 	kafkatest.WaitFor(t, time.Minute, "committed == end offsets", e.c.AtEnd(e.group, topic))
@@ -347,7 +347,7 @@ func lostAfterEviction(t *testing.T, f Factory) {
 	for p, end := range ends {
 		tp := tpOf(topic, p)
 		for off := range end {
-			if len(l.handledBy(tp, off)) == 0 {
+			if len(l.HandledBy(tp, off)) == 0 {
 				t.Errorf("%s@%d never handled", tp, off)
 				break
 			}
@@ -451,10 +451,10 @@ func flow(t *testing.T, f Factory) {
 	}
 	e.c.Produce(recs...)
 
-	l := newLedger()
+	l := kafkatest.NewLedger()
 	h := func(context.Context, runner.Record) error { time.Sleep(300 * time.Microsecond); return nil }
-	m := e.start("a", []string{topic}, l.handler("a", h), memberOpts{
-		spy:    func(s *spy) { s.completed = l.completedOf },
+	m := e.start("a", []string{topic}, l.Handler("a", h), memberOpts{
+		spy:    func(s *spy) { s.completed = l.Completed },
 		runner: []runner.Option{runner.WaterMarks(high, low), runner.Concurrency(4)},
 	})
 	kafkatest.WaitFor(t, time.Minute, "committed == end offsets", e.c.AtEnd(e.group, topic))
@@ -479,7 +479,7 @@ func flow(t *testing.T, f Factory) {
 	for p := range int32(partitions) {
 		tp := tpOf(topic, p)
 		for off := range int64(per) {
-			if by := l.handledBy(tp, off); len(by) != 1 {
+			if by := l.HandledBy(tp, off); len(by) != 1 {
 				t.Errorf("%s@%d handled %d times, want once", tp, off, len(by))
 				break
 			}
@@ -507,7 +507,7 @@ func shutdown(t *testing.T, f Factory) {
 	}
 	e.c.Produce(recs...)
 
-	l := newLedger()
+	l := kafkatest.NewLedger()
 	h := func(ctx context.Context, rec runner.Record) error {
 		switch {
 		case rec.Partition == 0 && rec.Offset == stuck:
@@ -519,11 +519,11 @@ func shutdown(t *testing.T, f Factory) {
 		time.Sleep(30 * time.Millisecond)
 		return nil
 	}
-	m := e.start("a", []string{topic}, l.handler("a", h), memberOpts{
+	m := e.start("a", []string{topic}, l.Handler("a", h), memberOpts{
 		runner: []runner.Option{runner.Order(runner.PartitionOrder), runner.Concurrency(4)},
 	})
 	kafkatest.WaitFor(t, 30*time.Second, "records handled on every partition, partition 0 stuck", func() bool {
-		return len(l.offsets(tpOf(topic, 0))) == stuck+1 && len(l.offsets(tpOf(topic, 1))) >= 10 && len(l.offsets(tpOf(topic, 2))) >= 10
+		return len(l.Offsets(tpOf(topic, 0))) == stuck+1 && len(l.Offsets(tpOf(topic, 1))) >= 10 && len(l.Offsets(tpOf(topic, 2))) >= 10
 	})
 	err := m.stopWithin(4 * time.Second)
 	stoppedAt := time.Now()
@@ -541,7 +541,7 @@ func shutdown(t *testing.T, f Factory) {
 		t.Errorf("partition 0 committed %d, want %d (the stuck record)", got[0], stuck)
 	}
 	for p := int32(1); p < partitions; p++ {
-		offs := l.offsets(tpOf(topic, p))
+		offs := l.Offsets(tpOf(topic, p))
 		want := offs[len(offs)-1] + 1
 		if int64(len(offs)) != want {
 			t.Errorf("partition %d: handled %d records up to offset %d: not a prefix", p, len(offs), want-1)
