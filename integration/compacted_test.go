@@ -34,7 +34,7 @@ import (
 // the commit stayed there. franz-go reads the header; its subtest shows the
 // adapters alike.
 func TestCompactedTail(t *testing.T) {
-	gapNoLeaks(t)
+	noLeaks(t)
 	const value = 1000 // bytes: one batch of five is larger than the fetch sizes below
 	topic := compactedTopic(t)
 	cl := bed.Client(t, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(50*time.Millisecond),
@@ -85,14 +85,14 @@ func TestCompactedTail(t *testing.T) {
 			if err != nil {
 				t.Fatalf("New: %v", err)
 			}
-			m := gapStart(t, "m", src, topic, func(ctx context.Context, rec runner.Record) error {
+			m := runMember(t, "m", src, topic, func(ctx context.Context, rec runner.Record) error {
 				mu.Lock()
 				handled[rec.Offset]++
 				mu.Unlock()
 				return nil
 			})
 			waitCommitted(t, group, topic, map[int32]int64{0: end}, 30*time.Second)
-			m.stop(t)
+			m.Stop(t)
 
 			mu.Lock()
 			defer mu.Unlock()

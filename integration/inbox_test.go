@@ -984,7 +984,7 @@ func TestInboxBatch(t *testing.T) {
 
 // inboxMember starts a group member whose handler is s.Handler(fn) and whose
 // runner takes leases with s.AssignHook().
-func inboxMember(t *testing.T, name, group, topic string, s *inbox.Store, fn inbox.Effect, opts ...runner.Option) *member {
+func inboxMember(t *testing.T, name, group, topic string, s *inbox.Store, fn inbox.Effect, opts ...runner.Option) *kafkatest.Member {
 	t.Helper()
 	return startMember(t, name, group, topic, s.Handler(fn), append([]runner.Option{runner.OnAssign(s.AssignHook()),
 		runner.Backoff(20*time.Millisecond, 500*time.Millisecond)}, opts...)...)
@@ -1077,9 +1077,9 @@ func TestInboxEndToEnd(t *testing.T) {
 	m2 := inboxMember(t, "m2", group, topic, s2, slow("m2"), runner.Concurrency(64))
 	inboxWaitRows(t, pool, 1, time.Minute, `SELECT least(count(*), 1) FROM effects WHERE owner = 'm2'`)
 	inboxWaitRows(t, pool, 1, time.Minute, `SELECT (count(*) >= $1)::int FROM effects`, n/2)
-	m1.stop(t)
+	m1.Stop(t)
 	waitCommitted(t, group, topic, bed.EndOffsets(t, topic), 2*time.Minute)
-	m2.stop(t)
+	m2.Stop(t)
 	inboxExactlyOnce(t, pool, n)
 	byOwner := map[string]int64{}
 	for _, o := range []string{"m1", "m2"} {
@@ -1109,10 +1109,7 @@ func TestInboxCloseBeforeKafkaCommit(t *testing.T) {
 	s1 := inboxStore(t, pool, group)
 	m1 := inboxMember(t, "m1", group, topic, s1, inboxEffect("m1"), runner.CommitInterval(time.Hour))
 	inboxWaitRows(t, pool, n, time.Minute, "SELECT count(*) FROM effects")
-	m1.r.Close()
-	if err := <-m1.done; err != nil {
-		t.Fatalf("m1 Run after Close: %v", err)
-	}
+	m1.Close(t)
 	for p, off := range bed.Committed(t, group, topic) {
 		if off >= 0 {
 			t.Fatalf("partition %d committed %d before the test wanted any commit", p, off)
@@ -1126,7 +1123,7 @@ func TestInboxCloseBeforeKafkaCommit(t *testing.T) {
 		return inboxEffect("m2")(ctx, tx, rec)
 	})
 	waitCommitted(t, group, topic, bed.EndOffsets(t, topic), time.Minute)
-	m2.stop(t)
+	m2.Stop(t)
 	inboxExactlyOnce(t, pool, n)
 	if c := calls.Load(); c != 0 {
 		t.Fatalf("the effect ran %d times on the re-consumption, want 0", c)
@@ -1167,7 +1164,7 @@ func TestInboxReplay(t *testing.T) {
 		}))
 		waitCommitted(t, group, topic, bed.EndOffsets(t, topic), 3*time.Minute)
 		took := time.Since(time.Unix(0, first.Load()))
-		m.stop(t)
+		m.Stop(t)
 		return took, calls.Load(), s
 	}
 	applyT, calls, _ := pass("apply")
@@ -1414,8 +1411,8 @@ func TestInboxZombie(t *testing.T) {
 	}
 	close(release)
 	waitCommitted(t, groupB, topic, bed.EndOffsets(t, topic), time.Minute)
-	mb.stop(t)
-	ma.stop(t)
+	mb.Stop(t)
+	ma.Stop(t)
 
 	mu.Lock()
 	heldErr := aErrs[held]
@@ -1501,7 +1498,7 @@ func inboxOutage(t *testing.T, batch int) {
 	}
 	sw.restore()
 	waitCommitted(t, group, topic, bed.EndOffsets(t, topic), 2*time.Minute)
-	m.stop(t)
+	m.Stop(t)
 	inboxExactlyOnce(t, pool, n)
 	t.Logf("outage at %d of %d effects; %+v", during, n, s.Stats())
 }

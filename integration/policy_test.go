@@ -82,7 +82,7 @@ func counter(t *testing.T, reader *metric.ManualReader, name string) int64 {
 // that completed the record early (fewer attempts), silently (no log line
 // or count), or not at all (the commit stuck at the record) fails it.
 func TestSkipOnBroker(t *testing.T) {
-	gapNoLeaks(t)
+	noLeaks(t)
 	const n, poison = 20, 7
 	topic, group := bed.Topic(t, 1), bed.Group(t)
 	bed.Produce(t, topic, n, func(i int) string { return "k" + strconv.Itoa(i) })
@@ -102,12 +102,12 @@ func TestSkipOnBroker(t *testing.T) {
 	reader := metric.NewManualReader()
 	provider := metric.NewMeterProvider(metric.WithReader(reader))
 	defer provider.Shutdown(context.Background()) //nolint:errcheck
-	m := gapStart(t, "m", gapFranz(t, group, topic), topic, h,
+	m := runMember(t, "m", franzSource(t, group, topic), topic, h,
 		runner.Failure(runner.Skip(3)), runner.Backoff(5*time.Millisecond, 20*time.Millisecond),
 		runner.Logger(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))),
 		runner.MeterProvider(provider))
 	waitCommitted(t, group, topic, map[int32]int64{0: n}, time.Minute)
-	m.stop(t)
+	m.Stop(t)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -147,7 +147,7 @@ func TestSkipOnBroker(t *testing.T) {
 // that completed the record instead of retrying it, or a commit that moved
 // past the running attempt fails it.
 func TestHandlerTimeoutOnBroker(t *testing.T) {
-	gapNoLeaks(t)
+	noLeaks(t)
 	const n, slow, timeout = 10, 3, 1500 * time.Millisecond
 	topic, group := bed.Topic(t, 1), bed.Group(t)
 	bed.Produce(t, topic, n, func(i int) string { return "k" + strconv.Itoa(i) })
@@ -181,7 +181,7 @@ func TestHandlerTimeoutOnBroker(t *testing.T) {
 		mu.Unlock()
 		return ctx.Err()
 	}
-	m := gapStart(t, "m", gapFranz(t, group, topic), topic, h,
+	m := runMember(t, "m", franzSource(t, group, topic), topic, h,
 		runner.HandlerTimeout(timeout), runner.Backoff(5*time.Millisecond, 20*time.Millisecond))
 	<-inFirst
 	began := time.Now()
@@ -193,7 +193,7 @@ func TestHandlerTimeoutOnBroker(t *testing.T) {
 		t.Fatalf("the first attempt ended (after %v) before the commit reached %d: too slow to check that the commit waited", time.Since(began), slow)
 	}
 	waitCommitted(t, group, topic, map[int32]int64{0: n}, time.Minute)
-	m.stop(t)
+	m.Stop(t)
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -16,45 +16,7 @@ import (
 	"github.com/tidemark/tidemark/integration/bed"
 	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
-	"github.com/tidemark/tidemark/pkg/source/franz"
 )
-
-// member is one in-process group member: a franz source and a runner.
-type member struct {
-	name string
-	r    *runner.Runner
-	done chan error
-}
-
-func startMember(t *testing.T, name, group, topic string, h runner.Handler, opts ...runner.Option) *member {
-	t.Helper()
-	src, err := franz.New(bed.Kafka(t), group, []string{topic},
-		franz.SessionTimeout(10*time.Second), franz.RebalanceTimeout(20*time.Second),
-		franz.HeartbeatInterval(500*time.Millisecond), franz.Logger(kafkatest.Logger(t)))
-	if err != nil {
-		t.Fatalf("franz.New: %v", err)
-	}
-	r, err := runner.New(src, append([]runner.Option{runner.Handle(topic, h), runner.Logger(kafkatest.Logger(t)),
-		runner.CommitInterval(200 * time.Millisecond), runner.DrainBudget(5 * time.Second)}, opts...)...)
-	if err != nil {
-		t.Fatalf("runner.New: %v", err)
-	}
-	m := &member{name: name, r: r, done: make(chan error, 1)}
-	go func() { m.done <- r.Run(context.Background()) }()
-	return m
-}
-
-func (m *member) stop(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := m.r.Shutdown(ctx); err != nil {
-		t.Errorf("member %s: Shutdown: %v", m.name, err)
-	}
-	if err := <-m.done; err != nil {
-		t.Errorf("member %s: Run: %v", m.name, err)
-	}
-}
 
 // TestRebalanceStorm: three members (then others) join and leave every few
 // seconds while 200,000 keyed records over 12 partitions are handled with
@@ -116,7 +78,7 @@ func TestRebalanceStorm(t *testing.T) {
 
 	watch := bed.Cluster(t).Sample(group, topic, 100*time.Millisecond)
 
-	var members []*member
+	var members []*kafkatest.Member
 	n := 0
 	add := func() {
 		n++
@@ -142,7 +104,7 @@ func TestRebalanceStorm(t *testing.T) {
 		// Churn: leave while three or more run, join while fewer than four.
 		if len(members) >= 3 || (len(members) > 1 && rand.IntN(2) == 0) {
 			k := rand.IntN(len(members))
-			members[k].stop(t)
+			members[k].Stop(t)
 			members = append(members[:k], members[k+1:]...)
 			leaves++
 		} else {
@@ -153,7 +115,7 @@ func TestRebalanceStorm(t *testing.T) {
 	// Everything handled: the remaining members must commit the end.
 	waitCommitted(t, group, topic, bed.EndOffsets(t, topic), time.Minute)
 	for _, m := range members {
-		m.stop(t)
+		m.Stop(t)
 	}
 	watch.Close()
 	mu.Lock()
