@@ -1,15 +1,13 @@
 //go:build integration
 
-package integration
+package integration_test
 
 // Tests of the franz source adapter (pkg/source/franz) under a runner,
 // against the test bed's real Kafka broker.
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -154,57 +152,6 @@ func franzTwoMembers(t *testing.T, opts func(member string) []franz.Option) {
 		t.Errorf("sampling committed offsets failed %d times, first: %v", len(errs), errs[0])
 	}
 	t.Logf("handled %d + %d records for %d; %d committed-offset changes sampled", l.CountBy("a"), l.CountBy("b"), chunks*per, sampler.Changes())
-}
-
-// netSwitch is a franz-go Dialer whose connections can be cut: cut closes
-// every open connection and fails new dials until restore, so the member
-// can neither heartbeat nor commit, as if its host were partitioned away.
-type netSwitch struct {
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]bool
-}
-
-var errCut = errors.New("test: network cut")
-
-func (s *netSwitch) dial(ctx context.Context, network, host string) (net.Conn, error) {
-	s.mu.Lock()
-	down := s.down
-	s.mu.Unlock()
-	if down {
-		return nil, errCut
-	}
-	c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, host)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.down {
-		c.Close()
-		return nil, errCut
-	}
-	if s.conns == nil {
-		s.conns = map[net.Conn]bool{}
-	}
-	s.conns[c] = true
-	return c, nil
-}
-
-func (s *netSwitch) cut() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.down = true
-	for c := range s.conns {
-		c.Close()
-	}
-	clear(s.conns)
-}
-
-func (s *netSwitch) restore() {
-	s.mu.Lock()
-	s.down = false
-	s.mu.Unlock()
 }
 
 // TestFranzLost: a member is cut off the network (every connection closed,

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -88,47 +87,6 @@ func waitLockWaiter(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	inboxWaitRows(t, pool, 1, time.Minute,
 		`SELECT least(count(*), 1) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`)
-}
-
-// kafkaCut is a franz-go Dialer whose connections can be cut: cut closes
-// every open connection and refuses new dials until restore.
-type kafkaCut struct {
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]bool
-}
-
-func (k *kafkaCut) dial(ctx context.Context, network, host string) (net.Conn, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.down {
-		return nil, errors.New("test: cut off from Kafka")
-	}
-	c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, host)
-	if err != nil {
-		return nil, err
-	}
-	if k.conns == nil {
-		k.conns = map[net.Conn]bool{}
-	}
-	k.conns[c] = true
-	return c, nil
-}
-
-func (k *kafkaCut) cut() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.down = true
-	for c := range k.conns {
-		c.Close()
-	}
-	clear(k.conns)
-}
-
-func (k *kafkaCut) restore() {
-	k.mu.Lock()
-	k.down = false
-	k.mu.Unlock()
 }
 
 // startInboxFranz starts an inbox member over a franz Source in group,
@@ -238,7 +196,7 @@ func TestInboxHandoffLost(t *testing.T) {
 	sa := inboxStore(t, pool, group, inbox.Owner("a"))
 	sb := inboxStore(t, pool, group, inbox.Owner("b"))
 	log := newSpyLog()
-	sw := &kafkaCut{}
+	sw := &netSwitch{}
 	defer sw.restore()
 	short := []franz.Option{franz.SessionTimeout(2 * time.Second), franz.HeartbeatInterval(200 * time.Millisecond),
 		franz.RebalanceTimeout(5 * time.Second)}

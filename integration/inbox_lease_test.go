@@ -244,7 +244,7 @@ func TestInboxOutageLeavesNoPartitionFenced(t *testing.T) {
 	key := func(i int) string { return fmt.Sprintf("key-%d", i%10) }
 	bed.Produce(t, topic, n1, key)
 
-	sw := &inboxSwitch{}
+	sw := &netSwitch{}
 	sw.refuse()
 	cfg := pool.Config().Copy()
 	cfg.ConnConfig.DialFunc = sw.dial

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -1465,7 +1464,7 @@ func inboxOutage(t *testing.T, batch int) {
 	group := bed.Group(t)
 	bed.Produce(t, topic, n, func(i int) string { return fmt.Sprintf("key-%d", i%300) })
 
-	sw := &inboxSwitch{}
+	sw := &netSwitch{}
 	app := "inbox-outage-" + fmt.Sprint(rand.Uint32())
 	cfg, err := pgxpool.ParseConfig(os.Getenv("TIDEMARK_PG_DSN"))
 	if err != nil {
@@ -1501,54 +1500,6 @@ func inboxOutage(t *testing.T, batch int) {
 	m.Stop(t)
 	inboxExactlyOnce(t, pool, n)
 	t.Logf("outage at %d of %d effects; %+v", during, n, s.Stats())
-}
-
-// inboxSwitch is a pgx DialFunc whose connections can be cut: refuse fails
-// new dials, cut also closes the open connections, restore lets dials
-// through again.
-type inboxSwitch struct {
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]bool
-}
-
-func (s *inboxSwitch) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.down {
-		return nil, errors.New("test: database unreachable")
-	}
-	c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	if s.conns == nil {
-		s.conns = map[net.Conn]bool{}
-	}
-	s.conns[c] = true
-	return c, nil
-}
-
-func (s *inboxSwitch) refuse() {
-	s.mu.Lock()
-	s.down = true
-	s.mu.Unlock()
-}
-
-func (s *inboxSwitch) cut() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.down = true
-	for c := range s.conns {
-		c.Close()
-	}
-	clear(s.conns)
-}
-
-func (s *inboxSwitch) restore() {
-	s.mu.Lock()
-	s.down = false
-	s.mu.Unlock()
 }
 
 // --- Benchmarks -------------------------------------------------------------
