@@ -153,7 +153,7 @@ func TestLedger(t *testing.T) {
 	}{
 		{"each once in order", fill(once...), "", "", "", ""},
 		{"a repeat", fill(append(once, rec(0, 1, "x"))...), "t/0@1 handled 2 times", "", `key "x": t/0@1 handled after offset 1`, "t/0: offset 1 handled after 1"},
-		{"a gap", fill(once[:3]...), "t/1@1 handled 0 times", "t/1@1 never handled", "", ""},
+		{"a gap", fill(once[:3]...), "t/1@1 handled 0 times", "t/1@1 handled 0 times", "", ""},
 		{"past the end", fill(append(once, rec(1, 2, "y"))...), "t/1@2 handled, past the end 2", "", "", ""},
 		{"a key on two partitions", fill(rec(0, 0, "x"), rec(1, 0, "x"), rec(0, 1, "z"), rec(1, 1, "y")), "", "", `key "x" handled on t/0 and t/1`, ""},
 		{"out of order", fill(rec(0, 1, "x"), rec(0, 0, "x"), rec(1, 0, "y"), rec(1, 1, "y")), "", "", `key "x": t/0@0 handled after offset 1`, "t/0: offset 0 handled after 1"},
@@ -211,5 +211,30 @@ func TestLedgerHandler(t *testing.T) {
 		t.Errorf("%d completed, want 3 (the failed call is not)", l.Completed(tp))
 	case !slices.Equal(l.HandledBy(tp, 1), []string{"a", "b"}) || !slices.Equal(l.Offsets(tp), []int64{0, 1, 2}):
 		t.Errorf("offset 1 handled by %v, offsets %v", l.HandledBy(tp, 1), l.Offsets(tp))
+	}
+}
+
+// TestLedgerValues: ValuesOnce names a value not wanted, a repeat and a
+// value never handled.
+func TestLedgerValues(t *testing.T) {
+	want := map[string]bool{"a": true, "b": true, "x": false}
+	for _, tc := range []struct {
+		values []string
+		err    string
+	}{
+		{[]string{"b", "a"}, ""},
+		{[]string{"a", "b", "x"}, `value "x" handled 1 times, want none`},
+		{[]string{"a", "b", "c"}, `value "c" handled 1 times, want none`},
+		{[]string{"a", "b", "a"}, `value "a" handled 2 times, want once`},
+		{[]string{"a"}, `value "b" never handled`},
+	} {
+		l := kafkatest.NewLedger()
+		for i, v := range tc.values {
+			l.Add("", runner.Record{Topic: "t", Offset: int64(i), Value: []byte(v)})
+		}
+		err := l.ValuesOnce(want)
+		if (tc.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("values %q: %v, want %q", tc.values, err, tc.err)
+		}
 	}
 }

@@ -25,6 +25,7 @@ type Ledger struct {
 	completed map[runner.TP]int64              // handler calls that returned nil
 	running   map[string]int                   // member → handler calls running
 	byMember  map[string]int                   // member → handlings
+	values    map[string]int                   // value → handlings
 	total     int
 }
 
@@ -42,6 +43,7 @@ func NewLedger() *Ledger {
 		completed: map[runner.TP]int64{},
 		running:   map[string]int{},
 		byMember:  map[string]int{},
+		values:    map[string]int{},
 	}
 }
 
@@ -87,6 +89,7 @@ func (l *Ledger) add(member string, rec runner.Record) {
 	k := string(rec.Key)
 	l.byKey[k] = append(l.byKey[k], handling{tp, rec.Offset})
 	l.byMember[member]++
+	l.values[string(rec.Value)]++
 	l.total++
 }
 
@@ -149,17 +152,12 @@ func Uniform(partitions int32, per int64) map[int32]int64 {
 // ends and handled never or more than once, or at or past the end and
 // handled at all (records of a partition ends does not name count too).
 // Offsets that hold no record (transaction markers, aborted records) must
-// be left out by the caller: use AtLeastOnce with a check of its own there.
+// be left out by the caller: use ValuesOnce there.
 func (l *Ledger) ExactlyOnce(topic string, ends map[int32]int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, p := range slices.Sorted(maps.Keys(ends)) {
-		tp := runner.TP{Topic: topic, Partition: p}
-		for off := range ends[p] {
-			if by := l.calls[tp][off]; len(by) != 1 {
-				return fmt.Errorf("%s@%d handled %d times (by %q), want once", tp, off, len(by), by)
-			}
-		}
+	if err := l.belowEnds(topic, ends, func(n int) bool { return n != 1 }, "want once"); err != nil {
+		return err
 	}
 	for tp, offs := range l.calls {
 		if tp.Topic != topic {
@@ -180,12 +178,41 @@ func (l *Ledger) ExactlyOnce(topic string, ends map[int32]int64) error {
 func (l *Ledger) AtLeastOnce(topic string, ends map[int32]int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.belowEnds(topic, ends, func(n int) bool { return n == 0 }, "want at least once")
+}
+
+// belowEnds returns an error naming the first offset below a partition's
+// end whose number of handlings is bad. l.mu is held.
+func (l *Ledger) belowEnds(topic string, ends map[int32]int64, bad func(handlings int) bool, want string) error {
 	for _, p := range slices.Sorted(maps.Keys(ends)) {
 		tp := runner.TP{Topic: topic, Partition: p}
 		for off := range ends[p] {
-			if len(l.calls[tp][off]) == 0 {
-				return fmt.Errorf("%s@%d never handled", tp, off)
+			if by := l.calls[tp][off]; bad(len(by)) {
+				return fmt.Errorf("%s@%d handled %d times (by %q), %s", tp, off, len(by), by, want)
 			}
+		}
+	}
+	return nil
+}
+
+// ValuesOnce returns an error naming the first value (in order) that was
+// handled and is not in want, or was handled more than once, or is in want
+// and was never handled; for records whose offsets are not known in
+// advance (transactions: aborted records and markers take offsets too).
+func (l *Ledger) ValuesOnce(want map[string]bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, v := range slices.Sorted(maps.Keys(l.values)) {
+		switch n := l.values[v]; {
+		case !want[v]:
+			return fmt.Errorf("value %q handled %d times, want none", v, n)
+		case n != 1:
+			return fmt.Errorf("value %q handled %d times, want once", v, n)
+		}
+	}
+	for _, v := range slices.Sorted(maps.Keys(want)) {
+		if want[v] && l.values[v] == 0 {
+			return fmt.Errorf("value %q never handled, want once", v)
 		}
 	}
 	return nil

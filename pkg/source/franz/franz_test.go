@@ -433,31 +433,15 @@ func TestTransactions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var mu sync.Mutex
-	got := map[string]int{}
-	h := func(_ context.Context, rec runner.Record) error {
-		mu.Lock()
-		got[string(rec.Value)]++
-		mu.Unlock()
-		return nil
-	}
-	m := startMember(t, c, "g", []string{"tx"}, h, nil)
+	l := kafkatest.NewLedger()
+	m := startMember(t, c, "g", []string{"tx"}, l.Handler("", nil), nil)
 	kafkatest.WaitFor(t, 20*time.Second, "committed == end offset", c.AtEnd("g", "tx"))
 	m.Stop(t)
 	if end := c.Ends("tx")[0]; end != 24 {
 		t.Errorf("end offset %d, want 24 (20 records and 4 markers)", end)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for v, n := range got {
-		if !want[v] {
-			t.Errorf("handled %s from an aborted transaction", v)
-		} else if n != 1 {
-			t.Errorf("handled %s %d times", v, n)
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("handled %d distinct committed records, want %d", len(got), len(want))
+	if err := l.ValuesOnce(want); err != nil {
+		t.Errorf("%v (committed transactions' records are wanted once, aborted ones never)", err)
 	}
 }
 

@@ -456,15 +456,8 @@ func transactions(t *testing.T, f Factory) {
 		}
 	}
 
-	var mu sync.Mutex
-	got := map[string]int{}
-	h := func(_ context.Context, rec runner.Record) error {
-		mu.Lock()
-		got[string(rec.Value)]++
-		mu.Unlock()
-		return nil
-	}
-	m := e.start("a", []string{topic}, h, memberOpts{})
+	l := kafkatest.NewLedger()
+	m := e.start("a", []string{topic}, l.Handler("a", nil), memberOpts{})
 	kafkatest.WaitFor(t, time.Minute, "committed == end offsets (lag 0)", e.c.AtEnd(e.group, topic))
 	if err := m.stop(); err != nil {
 		t.Errorf("stop: %v", err)
@@ -476,18 +469,8 @@ func transactions(t *testing.T, f Factory) {
 			t.Errorf("partition %d ends at %d, want %d (records and one marker per transaction)", part, end, want)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for v, n := range got {
-		switch {
-		case !committed[v]:
-			t.Errorf("handled %s, from an aborted transaction", v)
-		case n != 1:
-			t.Errorf("handled %s %d times", v, n)
-		}
-	}
-	if len(got) != len(committed) {
-		t.Errorf("handled %d distinct committed records, want %d", len(got), len(committed))
+	if err := l.ValuesOnce(committed); err != nil {
+		t.Errorf("%v (committed transactions' records are wanted once, aborted ones never)", err)
 	}
 }
 
