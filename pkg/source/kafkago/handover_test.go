@@ -125,24 +125,9 @@ func TestHandOverManyPartitions(t *testing.T) {
 	src := newSource(t, c, "many", kafkago.MaxWait(100*time.Millisecond))
 	sink := &handOvers{release: make(chan struct{}), entered: make(chan struct{})}
 	l := kafkatest.NewLedger()
-	r, err := runner.New(&handOverSource{Source: src, sink: sink}, runner.Handle("many", l.Handler("", nil)),
+	m := kafkatest.Start(t, "", &handOverSource{Source: src, sink: sink}, 10*time.Second, runner.Handle("many", l.Handler("", nil)),
 		runner.Logger(kafkatest.Logger(t)), runner.CommitInterval(20*time.Millisecond))
-	if err != nil {
-		src.Close()
-		t.Fatalf("runner.New: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := r.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer m.Stop(t)
 
 	// Hold the first hand-over until the broker answered every
 	// partition's first fetch.
@@ -196,24 +181,11 @@ func TestPauseKeepsFetched(t *testing.T) {
 	src := newSource(t, c, "paused", kafkago.MaxWait(100*time.Millisecond))
 	pc := &pauseCounter{Source: src, pauses: map[runner.TP]int{}}
 	l := kafkatest.NewLedger()
-	r, err := runner.New(pc, runner.Handle("paused", l.Handler("", func(context.Context, runner.Record) error { time.Sleep(100 * time.Microsecond); return nil })),
+	m := kafkatest.Start(t, "", pc, 10*time.Second, runner.Handle("paused", l.Handler("", func(context.Context, runner.Record) error { time.Sleep(100 * time.Microsecond); return nil })),
 		runner.Logger(kafkatest.Logger(t)), runner.CommitInterval(20*time.Millisecond),
 		runner.WaterMarks(20, 10), runner.Concurrency(4))
-	if err != nil {
-		src.Close()
-		t.Fatalf("runner.New: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
 	kafkatest.WaitFor(t, 20*time.Second, "every record handled", func() bool { return l.Count() == partitions*per })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.Shutdown(ctx); err != nil {
-		t.Errorf("Shutdown: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
+	m.Stop(t)
 	if err := l.ExactlyOnce("paused", kafkatest.Uniform(partitions, per)); err != nil {
 		t.Fatal(err)
 	}

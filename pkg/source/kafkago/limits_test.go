@@ -59,23 +59,10 @@ func (fs *fetchSizes) seen() []int32 {
 // down.
 func runFor(t *testing.T, src runner.Source, topic string, cond func() bool, opts ...runner.Option) {
 	t.Helper()
-	r, err := runner.New(src, append([]runner.Option{runner.Handle(topic, func(context.Context, runner.Record) error { return nil }),
+	m := kafkatest.Start(t, "", src, 10*time.Second, append([]runner.Option{runner.Handle(topic, func(context.Context, runner.Record) error { return nil }),
 		runner.Logger(kafkatest.Logger(t)), runner.CommitInterval(20 * time.Millisecond)}, opts...)...)
-	if err != nil {
-		src.Close()
-		t.Fatalf("runner.New: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
 	kafkatest.WaitFor(t, 10*time.Second, "the condition", cond)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.Shutdown(ctx); err != nil {
-		t.Errorf("Shutdown: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
+	m.Stop(t)
 }
 
 func newSource(t *testing.T, c *kafkatest.Cluster, topic string, opts ...kafkago.Option) *kafkago.Source {
