@@ -1,9 +1,7 @@
 package kafkago_test
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"math"
 	"strings"
@@ -139,8 +137,8 @@ func TestLimitFetchShrinks(t *testing.T) {
 		t.Fatalf("produce: %v", err)
 	}
 	sizes := watchSizes(c, "tiny")
-	var logs syncBuffer
-	src := newSource(t, c, "tiny", kafkago.Logger(newTextLogger(&logs)))
+	var logs kafkatest.LogBuffer
+	src := newSource(t, c, "tiny", kafkago.Logger(logs.Logger(slog.LevelWarn)))
 	runFor(t, src, "tiny", func() bool { return len(sizes.seen()) >= 2 },
 		runner.MaxBufferedBytes(16<<20), runner.WaterMarks(1000, 500), runner.ByteWaterMarks(1<<20, 512<<10), runner.RecordShape(1024, 1))
 	got := sizes.seen()
@@ -177,28 +175,6 @@ func TestLimitFetchRejects(t *testing.T) {
 	if err := src.LimitFetch(runner.FetchLimits{Bytes: 1 << 20, MinRecordBytes: 64, MaxCompression: 4}); err != nil {
 		t.Errorf("LimitFetch of valid limits: %v", err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func newTextLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // unlimited hides the Source's LimitFetch from the runner.
