@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
@@ -135,7 +136,7 @@ func startInboxOwnerMember(t *testing.T, adapter, name, group, topic string, poo
 	var err error
 	switch adapter {
 	case "franz", "franz-kip848":
-		fopts := []franz.Option{franz.Logger(quietLogger()), franz.SessionTimeout(6 * time.Second), franz.RebalanceTimeout(6 * time.Second),
+		fopts := []franz.Option{franz.Logger(kafkatest.Logger(t)), franz.SessionTimeout(6 * time.Second), franz.RebalanceTimeout(6 * time.Second),
 			franz.HeartbeatInterval(500 * time.Millisecond)}
 		if adapter == "franz-kip848" {
 			fopts = append(fopts, franz.ServerSideAssignment())
@@ -145,7 +146,7 @@ func startInboxOwnerMember(t *testing.T, adapter, name, group, topic string, poo
 		src, coord = f, f
 	case "kafkago":
 		var k *kafkago.Source
-		k, err = kafkago.New(bed.Kafka(t), group, []string{topic}, kafkago.Logger(quietLogger()),
+		k, err = kafkago.New(bed.Kafka(t), group, []string{topic}, kafkago.Logger(kafkatest.Logger(t)),
 			kafkago.SessionTimeout(6*time.Second), kafkago.RebalanceTimeout(6*time.Second))
 		src, coord = k, k
 	}
@@ -154,7 +155,7 @@ func startInboxOwnerMember(t *testing.T, adapter, name, group, topic string, poo
 	}
 	s := inboxStore(t, pool, group, append([]inbox.Option{inbox.Owner(name), inbox.Owners(coord)}, opts...)...)
 	r, err := runner.New(src, runner.Handle(topic, s.Handler(inboxEffect(name))), runner.OnAssign(s.AssignHook()),
-		runner.Logger(quietLogger()), runner.CommitInterval(50*time.Millisecond), runner.Backoff(20*time.Millisecond, 200*time.Millisecond))
+		runner.Logger(kafkatest.Logger(t)), runner.CommitInterval(50*time.Millisecond), runner.Backoff(20*time.Millisecond, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func TestInboxOutageLeavesNoPartitionFenced(t *testing.T) {
 	key := func(i int) string { return fmt.Sprintf("key-%d", i%10) }
 	bed.Produce(t, topic, n1, key)
 
-	sw := &inboxSwitch{}
+	sw := &netSwitch{}
 	sw.refuse()
 	cfg := pool.Config().Copy()
 	cfg.ConnConfig.DialFunc = sw.dial

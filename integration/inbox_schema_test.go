@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 )
@@ -72,7 +73,7 @@ func TestInboxMigrateUnderRepeatableRead(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make([]error, 4)
 		for i := range errs {
-			wg.Go(func() { errs[i] = inbox.Migrate(context.Background(), pool, inbox.Logger(quietLogger())) })
+			wg.Go(func() { errs[i] = inbox.Migrate(context.Background(), pool, inbox.Logger(kafkatest.Logger(t))) })
 		}
 		wg.Wait()
 		for i, err := range errs {
@@ -101,7 +102,7 @@ func TestInboxSchemaNameCannotEndTheFenceBody(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			inboxSchemaNamed(t, admin, name)
 			pool := inboxPoolOn(t, 4, map[string]string{"check_function_bodies": "off"})
-			if err := inbox.Migrate(ctx, pool, inbox.Schema(name), inbox.Logger(quietLogger())); err != nil {
+			if err := inbox.Migrate(ctx, pool, inbox.Schema(name), inbox.Logger(kafkatest.Logger(t))); err != nil {
 				t.Fatalf("Migrate in schema %q: %v", name, err)
 			}
 			if n := inboxCount(t, admin, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'pwned'`, home); n != 0 {
@@ -361,7 +362,7 @@ func TestInboxUpgradeFromVersion1(t *testing.T) {
 	if !inboxV1Apply(t, pool, epoch, 1, "m-before") {
 		t.Fatal("version 1 could not apply its record")
 	}
-	if err := inbox.Migrate(ctx, pool, inbox.Logger(quietLogger())); err != nil {
+	if err := inbox.Migrate(ctx, pool, inbox.Logger(kafkatest.Logger(t))); err != nil {
 		t.Fatalf("Migrate from version 1: %v", err)
 	}
 	if !inboxV1Apply(t, pool, epoch, 2, "m-during") {
