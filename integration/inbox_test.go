@@ -92,6 +92,20 @@ func inboxTake(t testing.TB, s *inbox.Store, tp runner.TP, start int64) runner.A
 	return fs[0]
 }
 
+// inboxDedupStore is a fresh database, a Store of group g on it that
+// deduplicates by the message-id header with batch records to a
+// transaction and holds the leases of t/0 and t/1 from the start, and that
+// Store's handler of inboxEffect("a"): the dedup tests' set-up.
+func inboxDedupStore(t *testing.T, batch int) (*pgxpool.Pool, *inbox.Store, runner.Handler) {
+	t.Helper()
+	pool := inboxDB(t)
+	s := inboxStore(t, pool, "g", inbox.DedupHeader("message-id"), inbox.Batch(batch))
+	for p := range int32(2) {
+		inboxTake(t, s, runner.TP{Topic: "t", Partition: p}, -1)
+	}
+	return pool, s, s.Handler(inboxEffect("a"))
+}
+
 func inboxRec(topic string, partition int32, offset int64) runner.Record {
 	return runner.Record{Topic: topic, Partition: partition, Offset: offset,
 		Key: []byte(fmt.Sprintf("k%d", offset%7)), Value: []byte(fmt.Sprint(offset))}
@@ -392,13 +406,8 @@ func TestInboxEffectRoundTrips(t *testing.T) {
 func TestInboxDedupKey(t *testing.T) {
 	for _, batch := range []int{1, 8} {
 		t.Run(fmt.Sprint("batch ", batch), func(t *testing.T) {
-			pool := inboxDB(t)
+			pool, s, h := inboxDedupStore(t, batch)
 			ctx := context.Background()
-			s := inboxStore(t, pool, "g", inbox.DedupHeader("message-id"), inbox.Batch(batch))
-			for p := range int32(2) {
-				inboxTake(t, s, runner.TP{Topic: "t", Partition: p}, -1)
-			}
-			h := s.Handler(inboxEffect("a"))
 			withID := func(r runner.Record, id string) runner.Record {
 				r.Headers = []runner.Header{{Key: "message-id", Value: []byte(id)}}
 				return r
