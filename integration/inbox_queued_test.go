@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/tidemark/tidemark/internal/pgtrace"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 )
@@ -140,7 +141,7 @@ func TestInboxQueuedRoundTrips(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := inboxDB(t)
-			tr := &inboxRoundTrips{}
+			tr := &pgtrace.RoundTrips{}
 			pool := inboxTracedPool(t, base, 1, tr)
 			// A long BatchWait and a batch of exactly Batch records: the
 			// first waits for the others, and they go in one transaction.
@@ -172,11 +173,11 @@ func TestInboxQueuedRoundTrips(t *testing.T) {
 				}
 			}
 			run(0) // prepares the statements on the connection
-			tr.reset()
+			tr.Reset()
 			run(1000)
-			if n := tr.total(); n != tc.want {
+			if n := tr.Total(); n != tc.want {
 				t.Fatalf("%d records took %d round trips (%d queries, %d batches, %d prepares), want %d",
-					tc.records, n, tr.queries.Load(), tr.batches.Load(), tr.prepares.Load(), tc.want)
+					tc.records, n, tr.Queries.Load(), tr.Batches.Load(), tr.Prepares.Load(), tc.want)
 			}
 			if n := inboxCount(t, base, "SELECT count(*) FROM effects"); n != int64(2*tc.records) {
 				t.Fatalf("%d effects, want %d", n, 2*tc.records)

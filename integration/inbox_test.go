@@ -26,6 +26,7 @@ import (
 
 	"github.com/tidemark/tidemark/integration/bed"
 	"github.com/tidemark/tidemark/internal/kafkatest"
+	"github.com/tidemark/tidemark/internal/pgtrace"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
@@ -344,7 +345,7 @@ func TestInboxEffectRoundTrips(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := inboxDB(t)
-			tr := &inboxRoundTrips{}
+			tr := &pgtrace.RoundTrips{}
 			pool := inboxTracedPool(t, base, 1, tr)
 			// A long BatchWait and a batch of exactly Batch records: the
 			// first waits for the others, and they go in one transaction.
@@ -376,15 +377,15 @@ func TestInboxEffectRoundTrips(t *testing.T) {
 				from = 0
 			}
 			fail.Store(tc.fail)
-			tr.reset()
+			tr.Reset()
 			for i, err := range run(from) {
 				if (err != nil) != tc.fail {
 					t.Fatalf("record %d: %v, want an error: %v", i, err, tc.fail)
 				}
 			}
-			if n := tr.total(); n != tc.want {
+			if n := tr.Total(); n != tc.want {
 				t.Fatalf("%d records took %d round trips (%d queries, %d batches, %d prepares), want %d",
-					tc.records, n, tr.queries.Load(), tr.batches.Load(), tr.prepares.Load(), tc.want)
+					tc.records, n, tr.Queries.Load(), tr.Batches.Load(), tr.Prepares.Load(), tc.want)
 			}
 			want := int64(2 * tc.records)
 			if tc.fail || tc.replay {
