@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,43 +17,12 @@ import (
 
 	"github.com/tidemark/tidemark/integration/bed"
 	"github.com/tidemark/tidemark/internal/kafkatest"
+	"github.com/tidemark/tidemark/internal/pgtrace"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 	"github.com/tidemark/tidemark/pkg/source/kafkago"
 )
-
-// inboxRoundTrips is a pgx tracer counting the requests a pool sends: each
-// query (Exec, Query, QueryRow, a transaction's BEGIN, COMMIT or ROLLBACK)
-// and each batch (a pipeline, sent at once) is one round trip, and so is
-// each statement pgx prepares before first using it on a connection.
-type inboxRoundTrips struct {
-	queries, batches, prepares atomic.Int64
-}
-
-func (r *inboxRoundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.queries.Add(1)
-	return ctx
-}
-func (r *inboxRoundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *inboxRoundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.batches.Add(1)
-	return ctx
-}
-func (r *inboxRoundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *inboxRoundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-func (r *inboxRoundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
-	r.prepares.Add(1)
-	return ctx
-}
-func (r *inboxRoundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
-
-// total is the round trips counted, prepares included.
-func (r *inboxRoundTrips) total() int64 {
-	return r.queries.Load() + r.batches.Load() + r.prepares.Load()
-}
-
-func (r *inboxRoundTrips) reset() { r.queries.Store(0); r.batches.Store(0); r.prepares.Store(0) }
 
 // inboxTracedPool is a pool like base (same database and search_path)
 // whose requests tr counts.
@@ -80,7 +48,7 @@ func TestInboxAssignHookOneRoundTrip(t *testing.T) {
 	const partitions = 12
 	ctx := context.Background()
 	base := inboxDB(t)
-	tr := &inboxRoundTrips{}
+	tr := &pgtrace.RoundTrips{}
 	pool := inboxTracedPool(t, base, 1, tr)
 	s := inboxStore(t, pool, "g")
 	as := make([]runner.Assignment, partitions)
@@ -99,14 +67,14 @@ func TestInboxAssignHookOneRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tr.reset()
+	tr.Reset()
 	filters, err := s.AssignHook()(ctx, as)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := tr.total(); n != 1 {
+	if n := tr.Total(); n != 1 {
 		t.Fatalf("an assignment of %d partitions took %d round trips (%d queries, %d batches, %d prepares), want 1",
-			partitions, n, tr.queries.Load(), tr.batches.Load(), tr.prepares.Load())
+			partitions, n, tr.Queries.Load(), tr.Batches.Load(), tr.Prepares.Load())
 	}
 	for p, f := range filters {
 		for off := int64(0); off < partitions; off++ {

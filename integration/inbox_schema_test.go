@@ -277,18 +277,10 @@ func TestInboxFenceWhateverTheSession(t *testing.T) {
 // inboxSchemaV1 is schema version 1 as the first release created it, and
 // the statements its builds send, for the upgrade test.
 const (
-	inboxSchemaV1 = `
-CREATE TABLE tidemark_inbox_migrations (version integer PRIMARY KEY, description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());
-INSERT INTO tidemark_inbox_migrations (version, description) VALUES (1, 'inbox rows, partition leases, the commit-time fence');
-CREATE TABLE tidemark_lease (
-	group_id text NOT NULL, topic text NOT NULL, partition integer NOT NULL, epoch bigint NOT NULL,
-	owner text NOT NULL, acquired_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (group_id, topic, partition));
-CREATE TABLE tidemark_inbox (
-	group_id text NOT NULL, topic text NOT NULL, partition integer NOT NULL, "offset" bigint NOT NULL,
-	epoch bigint NOT NULL, dedup_key text, applied_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (group_id, topic, partition, "offset"));
-CREATE UNIQUE INDEX tidemark_inbox_dedup ON tidemark_inbox (group_id, dedup_key) WHERE dedup_key IS NOT NULL;
-CREATE FUNCTION tidemark_inbox_fence() RETURNS trigger LANGUAGE plpgsql AS $fence$
+	// inboxV1FenceBody is the body of version 1's fence function: the
+	// lease row FOR SHARE at every isolation level. BenchmarkInboxFence
+	// puts it back (inboxRowLockFence) to compare.
+	inboxV1FenceBody = `
 DECLARE
 	current bigint;
 BEGIN
@@ -300,7 +292,19 @@ BEGIN
 	END IF;
 	RETURN NULL;
 END
-$fence$;
+`
+	inboxSchemaV1 = `
+CREATE TABLE tidemark_inbox_migrations (version integer PRIMARY KEY, description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());
+INSERT INTO tidemark_inbox_migrations (version, description) VALUES (1, 'inbox rows, partition leases, the commit-time fence');
+CREATE TABLE tidemark_lease (
+	group_id text NOT NULL, topic text NOT NULL, partition integer NOT NULL, epoch bigint NOT NULL,
+	owner text NOT NULL, acquired_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (group_id, topic, partition));
+CREATE TABLE tidemark_inbox (
+	group_id text NOT NULL, topic text NOT NULL, partition integer NOT NULL, "offset" bigint NOT NULL,
+	epoch bigint NOT NULL, dedup_key text, applied_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (group_id, topic, partition, "offset"));
+CREATE UNIQUE INDEX tidemark_inbox_dedup ON tidemark_inbox (group_id, dedup_key) WHERE dedup_key IS NOT NULL;
+CREATE FUNCTION tidemark_inbox_fence() RETURNS trigger LANGUAGE plpgsql AS $fence$` + inboxV1FenceBody + `$fence$;
 CREATE CONSTRAINT TRIGGER tidemark_inbox_fence AFTER INSERT ON tidemark_inbox
 	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION tidemark_inbox_fence();`
 	inboxV1Bump = `INSERT INTO tidemark_lease AS l (group_id, topic, partition, epoch, owner, acquired_at)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/tidemark/tidemark/integration/bed"
 	"github.com/tidemark/tidemark/internal/kafkatest"
+	"github.com/tidemark/tidemark/internal/pgtrace"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
@@ -90,6 +91,20 @@ func inboxTake(t testing.TB, s *inbox.Store, tp runner.TP, start int64) runner.A
 		t.Fatalf("assign hook for %s: %v", tp, err)
 	}
 	return fs[0]
+}
+
+// inboxDedupStore is a fresh database, a Store of group g on it that
+// deduplicates by the message-id header with batch records to a
+// transaction and holds the leases of t/0 and t/1 from the start, and that
+// Store's handler of inboxEffect("a"): the dedup tests' set-up.
+func inboxDedupStore(t *testing.T, batch int) (*pgxpool.Pool, *inbox.Store, runner.Handler) {
+	t.Helper()
+	pool := inboxDB(t)
+	s := inboxStore(t, pool, "g", inbox.DedupHeader("message-id"), inbox.Batch(batch))
+	for p := range int32(2) {
+		inboxTake(t, s, runner.TP{Topic: "t", Partition: p}, -1)
+	}
+	return pool, s, s.Handler(inboxEffect("a"))
 }
 
 func inboxRec(topic string, partition int32, offset int64) runner.Record {
@@ -307,6 +322,40 @@ func TestInboxEffectAndRowInOneTransaction(t *testing.T) {
 	}
 }
 
+// inboxTracedStore is the round-trip tests' set-up: a fresh database (base,
+// untraced, to count the effects on) and a Store of group g on a pool of
+// one connection that tr traces, holding the lease of t/0, with batch
+// records to a transaction and a long BatchWait: a batch of exactly batch
+// records waits for all of them and goes in one transaction.
+func inboxTracedStore(t *testing.T, batch int) (base *pgxpool.Pool, s *inbox.Store, tr *pgtrace.RoundTrips) {
+	t.Helper()
+	base = inboxDB(t)
+	tr = &pgtrace.RoundTrips{}
+	s = inboxStore(t, inboxTracedPool(t, base, 1, tr), "g", inbox.Batch(batch), inbox.BatchWait(time.Minute))
+	inboxTake(t, s, runner.TP{Topic: "t", Partition: 0}, -1)
+	return base, s, tr
+}
+
+// inboxApplyFrom runs h at once for n records of t/0 at offsets from,
+// from+1, ... and returns each one's result.
+func inboxApplyFrom(h runner.Handler, from int64, n int) []error {
+	recs := make([]runner.Record, n)
+	for i := range recs {
+		recs[i] = inboxRec("t", 0, from+int64(i))
+	}
+	return inboxApplyAll(h, recs)
+}
+
+// inboxWantRoundTrips fails t unless tr counted want round trips for the
+// records since its last Reset.
+func inboxWantRoundTrips(t *testing.T, tr *pgtrace.RoundTrips, records int, want int64) {
+	t.Helper()
+	if n := tr.Total(); n != want {
+		t.Fatalf("%d records took %d round trips (%d queries, %d batches, %d prepares), want %d",
+			records, n, tr.Queries.Load(), tr.Batches.Load(), tr.Prepares.Load(), want)
+	}
+}
+
 // TestInboxEffectRoundTrips: an Effect's record one per transaction costs
 // three round trips when applied — BEGIN with the claim, the effect's
 // statement, COMMIT — and two when it is a replay or its effect fails
@@ -329,14 +378,7 @@ func TestInboxEffectRoundTrips(t *testing.T) {
 		{"batch of 4", 4, 4, false, false, 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			base := inboxDB(t)
-			tr := &inboxRoundTrips{}
-			pool := inboxTracedPool(t, base, 1, tr)
-			// A long BatchWait and a batch of exactly Batch records: the
-			// first waits for the others, and they go in one transaction.
-			s := inboxStore(t, pool, "g", inbox.Batch(tc.batch), inbox.BatchWait(time.Minute))
-			tp := runner.TP{Topic: "t", Partition: 0}
-			inboxTake(t, s, tp, -1)
+			base, s, tr := inboxTracedStore(t, tc.batch)
 			var fail atomic.Bool
 			h := s.Handler(func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
 				if fail.Load() {
@@ -344,15 +386,7 @@ func TestInboxEffectRoundTrips(t *testing.T) {
 				}
 				return inboxEffect("a")(ctx, tx, rec)
 			})
-			run := func(from int64) []error {
-				t.Helper()
-				var recs []runner.Record
-				for i := range int64(tc.records) {
-					recs = append(recs, inboxRec("t", 0, from+i))
-				}
-				return inboxApplyAll(h, recs)
-			}
-			for i, err := range run(0) { // prepares the statements on the connection
+			for i, err := range inboxApplyFrom(h, 0, tc.records) { // prepares the statements on the connection
 				if err != nil {
 					t.Fatalf("record %d: %v", i, err)
 				}
@@ -362,16 +396,13 @@ func TestInboxEffectRoundTrips(t *testing.T) {
 				from = 0
 			}
 			fail.Store(tc.fail)
-			tr.reset()
-			for i, err := range run(from) {
+			tr.Reset()
+			for i, err := range inboxApplyFrom(h, from, tc.records) {
 				if (err != nil) != tc.fail {
 					t.Fatalf("record %d: %v, want an error: %v", i, err, tc.fail)
 				}
 			}
-			if n := tr.total(); n != tc.want {
-				t.Fatalf("%d records took %d round trips (%d queries, %d batches, %d prepares), want %d",
-					tc.records, n, tr.queries.Load(), tr.batches.Load(), tr.prepares.Load(), tc.want)
-			}
+			inboxWantRoundTrips(t, tr, tc.records, tc.want)
 			want := int64(2 * tc.records)
 			if tc.fail || tc.replay {
 				want = int64(tc.records)
@@ -392,13 +423,8 @@ func TestInboxEffectRoundTrips(t *testing.T) {
 func TestInboxDedupKey(t *testing.T) {
 	for _, batch := range []int{1, 8} {
 		t.Run(fmt.Sprint("batch ", batch), func(t *testing.T) {
-			pool := inboxDB(t)
+			pool, s, h := inboxDedupStore(t, batch)
 			ctx := context.Background()
-			s := inboxStore(t, pool, "g", inbox.DedupHeader("message-id"), inbox.Batch(batch))
-			for p := range int32(2) {
-				inboxTake(t, s, runner.TP{Topic: "t", Partition: p}, -1)
-			}
-			h := s.Handler(inboxEffect("a"))
 			withID := func(r runner.Record, id string) runner.Record {
 				r.Headers = []runner.Header{{Key: "message-id", Value: []byte(id)}}
 				return r

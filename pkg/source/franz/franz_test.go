@@ -552,6 +552,39 @@ func TestNewValidates(t *testing.T) {
 	src.Close()
 }
 
+// TestNewArgumentMessages: New's messages for bad arguments and balancer
+// lists, word for word, and which of two bad arguments it names first. An
+// empty broker address is not refused here: franz-go dials it as
+// localhost:9092.
+func TestNewArgumentMessages(t *testing.T) {
+	cases := []struct {
+		brokers []string
+		group   string
+		topics  []string
+		opts    []franz.Option
+		want    string
+	}{
+		{nil, "", nil, nil, "franz: option brokers: no seed broker"},
+		{[]string{"x:1"}, "", nil, nil, "franz: option group: empty group"},
+		{[]string{"x:1"}, "g", nil, nil, "franz: option topics: no topic"},
+		{[]string{"x:1"}, "g", []string{"t", ""}, nil, "franz: option topics: topic 1 is empty"},
+		{[]string{"x:1"}, "g", []string{"t", "u", "t", ""}, nil, `franz: option topics: topic "t" given twice`},
+		{[]string{"x:1"}, "g", []string{"t"}, []franz.Option{franz.Balancer()}, "franz: option Balancer: no balancer given"},
+		{[]string{"x:1"}, "g", []string{"t"}, []franz.Option{franz.Balancer(kgo.RangeBalancer(), nil)}, "franz: option Balancer: balancer 1 is nil"},
+	}
+	for _, tc := range cases {
+		src, err := franz.New(tc.brokers, tc.group, tc.topics, append([]franz.Option{franz.Logger(kafkatest.Logger(t))}, tc.opts...)...)
+		if err == nil {
+			src.Close()
+			t.Errorf("New(%q, %q, %q) accepted it, want %q", tc.brokers, tc.group, tc.topics, tc.want)
+			continue
+		}
+		if err.Error() != tc.want {
+			t.Errorf("New(%q, %q, %q): %q, want %q", tc.brokers, tc.group, tc.topics, err, tc.want)
+		}
+	}
+}
+
 // recSink is a Sink without a runner that records ownership reports.
 type recSink struct {
 	mu       sync.Mutex

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/source/internal/args"
 )
 
 // Source is a runner.Source and runner.DeadLetterWriter over one franz-go
@@ -101,21 +102,8 @@ var ErrNotOwned = errors.New("franz: partition not owned by this member")
 // returns a *ConfigError naming the first invalid argument or option, or the
 // client's error for invalid ClientOptions. Close releases the client.
 func New(brokers []string, group string, topics []string, opts ...Option) (*Source, error) {
-	switch {
-	case len(brokers) == 0:
-		return nil, &ConfigError{Option: "brokers", Reason: "no seed broker"}
-	case group == "":
-		return nil, &ConfigError{Option: "group", Reason: "empty group"}
-	case len(topics) == 0:
-		return nil, &ConfigError{Option: "topics", Reason: "no topic"}
-	}
-	for i, t := range topics {
-		if t == "" {
-			return nil, &ConfigError{Option: "topics", Reason: fmt.Sprintf("topic %d is empty", i)}
-		}
-		if slices.Contains(topics[:i], t) {
-			return nil, &ConfigError{Option: "topics", Reason: fmt.Sprintf("topic %q given twice", t)}
-		}
+	if p := args.Check(brokers, group, topics, args.AnyAddress); p != nil {
+		return nil, &ConfigError{Option: p.Option, Reason: p.Reason}
 	}
 	cfg := defaults()
 	for _, o := range opts {

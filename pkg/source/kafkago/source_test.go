@@ -20,6 +20,38 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// TestNewArgumentMessages: New's messages for bad arguments and balancer
+// lists, word for word, and which of two bad arguments it names first.
+func TestNewArgumentMessages(t *testing.T) {
+	cases := []struct {
+		brokers []string
+		group   string
+		topics  []string
+		opts    []kafkago.Option
+		want    string
+	}{
+		{nil, "", nil, nil, "kafkago: option brokers: no seed broker"},
+		{[]string{"x:1"}, "", nil, nil, "kafkago: option group: empty group"},
+		{[]string{"x:1"}, "g", nil, nil, "kafkago: option topics: no topic"},
+		{[]string{"x:1", ""}, "g", []string{""}, nil, "kafkago: option brokers: broker 1 is empty"},
+		{[]string{"x:1"}, "g", []string{"t", ""}, nil, "kafkago: option topics: topic 1 is empty"},
+		{[]string{"x:1"}, "g", []string{"t", "u", "t", ""}, nil, `kafkago: option topics: topic "t" given twice`},
+		{[]string{"x:1"}, "g", []string{"t"}, []kafkago.Option{kafkago.Balancers()}, "kafkago: option Balancers: no balancer given"},
+		{[]string{"x:1"}, "g", []string{"t"}, []kafkago.Option{kafkago.Balancers(kafka.RangeGroupBalancer{}, nil)}, "kafkago: option Balancers: balancer 1 is nil"},
+	}
+	for _, tc := range cases {
+		src, err := kafkago.New(tc.brokers, tc.group, tc.topics, append([]kafkago.Option{kafkago.Logger(kafkatest.Logger(t))}, tc.opts...)...)
+		if err == nil {
+			src.Close()
+			t.Errorf("New(%q, %q, %q) accepted it, want %q", tc.brokers, tc.group, tc.topics, tc.want)
+			continue
+		}
+		if err.Error() != tc.want {
+			t.Errorf("New(%q, %q, %q): %q, want %q", tc.brokers, tc.group, tc.topics, err, tc.want)
+		}
+	}
+}
+
 func TestNewValidates(t *testing.T) {
 	brokers, topics := []string{"127.0.0.1:9092"}, []string{"t"}
 	tests := []struct {
