@@ -554,8 +554,7 @@ func TestNewValidates(t *testing.T) {
 
 // TestNewArgumentMessages: New's messages for bad arguments and balancer
 // lists, word for word, and which of two bad arguments it names first. An
-// empty broker address is not refused here: franz-go dials it as
-// localhost:9092.
+// empty broker address is refused: franz-go would dial it as localhost:9092.
 func TestNewArgumentMessages(t *testing.T) {
 	cases := []struct {
 		brokers []string
@@ -567,6 +566,7 @@ func TestNewArgumentMessages(t *testing.T) {
 		{nil, "", nil, nil, "franz: option brokers: no seed broker"},
 		{[]string{"x:1"}, "", nil, nil, "franz: option group: empty group"},
 		{[]string{"x:1"}, "g", nil, nil, "franz: option topics: no topic"},
+		{[]string{"x:1", ""}, "g", []string{"t"}, nil, "franz: option brokers: broker 1 is empty"},
 		{[]string{"x:1"}, "g", []string{"t", ""}, nil, "franz: option topics: topic 1 is empty"},
 		{[]string{"x:1"}, "g", []string{"t", "u", "t", ""}, nil, `franz: option topics: topic "t" given twice`},
 		{[]string{"x:1"}, "g", []string{"t"}, []franz.Option{franz.Balancer()}, "franz: option Balancer: no balancer given"},

@@ -102,7 +102,7 @@ var ErrNotOwned = errors.New("franz: partition not owned by this member")
 // returns a *ConfigError naming the first invalid argument or option, or the
 // client's error for invalid ClientOptions. Close releases the client.
 func New(brokers []string, group string, topics []string, opts ...Option) (*Source, error) {
-	if p := args.Check(brokers, group, topics, args.AnyAddress); p != nil {
+	if p := args.Check(brokers, group, topics); p != nil {
 		return nil, &ConfigError{Option: p.Option, Reason: p.Reason}
 	}
 	cfg := defaults()

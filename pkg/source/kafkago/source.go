@@ -109,7 +109,7 @@ var ErrLost = errors.New("kafkago: partitions lost: the member is no longer in t
 // called. It connects to nothing yet. It returns a *ConfigError naming the
 // first invalid argument or option. Close releases the connections.
 func New(brokers []string, group string, topics []string, opts ...Option) (*Source, error) {
-	if p := args.Check(brokers, group, topics, args.EachNonEmpty); p != nil {
+	if p := args.Check(brokers, group, topics); p != nil {
 		return nil, &ConfigError{Option: p.Option, Reason: p.Reason}
 	}
 	cfg := defaults()

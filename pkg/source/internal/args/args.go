@@ -17,21 +17,10 @@ type Problem struct {
 	Reason string
 }
 
-// Brokers says whether Check refuses an empty broker address.
-type Brokers bool
-
-const (
-	// EachNonEmpty refuses an empty address among the brokers.
-	EachNonEmpty Brokers = true
-	// AnyAddress leaves the addresses to the client (franz-go resolves
-	// an empty one to localhost:9092).
-	AnyAddress Brokers = false
-)
-
 // Check returns the first problem with New's arguments, or nil: no broker,
-// an empty group, no topic, then (with EachNonEmpty) an empty broker
-// address, then an empty topic or one given twice, the lowest index first.
-func Check(brokers []string, group string, topics []string, each Brokers) *Problem {
+// an empty group, no topic, then an empty broker address (franz-go would
+// dial it as localhost:9092), then an empty topic or one given twice, the lowest index first.
+func Check(brokers []string, group string, topics []string) *Problem {
 	switch {
 	case len(brokers) == 0:
 		return &Problem{"brokers", "no seed broker"}
@@ -40,11 +29,9 @@ func Check(brokers []string, group string, topics []string, each Brokers) *Probl
 	case len(topics) == 0:
 		return &Problem{"topics", "no topic"}
 	}
-	if each {
-		for i, b := range brokers {
-			if b == "" {
-				return &Problem{"brokers", fmt.Sprintf("broker %d is empty", i)}
-			}
+	for i, b := range brokers {
+		if b == "" {
+			return &Problem{"brokers", fmt.Sprintf("broker %d is empty", i)}
 		}
 	}
 	for i, t := range topics {

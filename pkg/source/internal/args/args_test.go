@@ -13,23 +13,22 @@ func TestCheck(t *testing.T) {
 		brokers []string
 		group   string
 		topics  []string
-		each    args.Brokers
 		want    *args.Problem // nil: accepted
 	}{
-		{"valid", one, g, []string{"t", "u"}, args.EachNonEmpty, nil},
-		{"no broker before the rest", nil, "", nil, args.EachNonEmpty, &args.Problem{"brokers", "no seed broker"}},
-		{"empty group before no topic", one, "", nil, args.EachNonEmpty, &args.Problem{"group", "empty group"}},
-		{"no topic", one, g, nil, args.EachNonEmpty, &args.Problem{"topics", "no topic"}},
-		{"empty broker before a bad topic", []string{"x:1", ""}, g, []string{""}, args.EachNonEmpty, &args.Problem{"brokers", "broker 1 is empty"}},
-		{"empty broker left to the client", []string{""}, g, []string{"t"}, args.AnyAddress, nil},
-		{"empty topic", one, g, []string{"t", ""}, args.EachNonEmpty, &args.Problem{"topics", "topic 1 is empty"}},
-		{"lowest index first", one, g, []string{"t", "u", "t", ""}, args.AnyAddress, &args.Problem{"topics", `topic "t" given twice`}},
+		{"valid", one, g, []string{"t", "u"}, nil},
+		{"no broker before the rest", nil, "", nil, &args.Problem{"brokers", "no seed broker"}},
+		{"empty group before no topic", one, "", nil, &args.Problem{"group", "empty group"}},
+		{"no topic", one, g, nil, &args.Problem{"topics", "no topic"}},
+		{"empty broker before a bad topic", []string{"x:1", ""}, g, []string{""}, &args.Problem{"brokers", "broker 1 is empty"}},
+		{"empty broker", []string{""}, g, []string{"t"}, &args.Problem{"brokers", "broker 0 is empty"}},
+		{"empty topic", one, g, []string{"t", ""}, &args.Problem{"topics", "topic 1 is empty"}},
+		{"lowest index first", one, g, []string{"t", "u", "t", ""}, &args.Problem{"topics", `topic "t" given twice`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := args.Check(tc.brokers, tc.group, tc.topics, tc.each)
+			got := args.Check(tc.brokers, tc.group, tc.topics)
 			if (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {
-				t.Fatalf("Check(%q, %q, %q, %v) = %+v, want %+v", tc.brokers, tc.group, tc.topics, tc.each, got, tc.want)
+				t.Fatalf("Check(%q, %q, %q) = %+v, want %+v", tc.brokers, tc.group, tc.topics, got, tc.want)
 			}
 		})
 	}
