@@ -18,6 +18,7 @@ func AssignForTest(r *Runner, tps []TP) {
 		r.assign(Assignment{TP: tp, Start: 0, Generation: NoGeneration}, nil)
 	}
 	r.flushFlow()
+	r.carryOut(r.take())
 }
 
 // BudgetForTest returns what Sink.Fetched would return.
@@ -35,6 +36,7 @@ func DeliverForTest(r *Runner, b Batch) {
 	r.deliver(&b)
 	r.fitFree()
 	r.flushFlow()
+	r.carryOut(r.take())
 }
 
 // ExactBudgetForTest is the budget computed by scanning every partition:
@@ -82,6 +84,7 @@ func CompleteForTest(r *Runner, n int, stuck func(Record) bool) int {
 		r.ready.push(t)
 	}
 	r.flushFlow()
+	r.carryOut(r.take())
 	return done
 }
 
@@ -97,6 +100,7 @@ func MemoryForTest(r *Runner) (claimed, free, pauseAt int64) {
 func TickForTest(r *Runner) {
 	r.trimMemory()
 	r.flushFlow()
+	r.carryOut(r.take())
 }
 
 // IdleLanesForTest returns how many idle key lanes the runner caches, and
@@ -113,6 +117,7 @@ func IdleLanesForTest(r *Runner) (idle, lanes int) {
 func StopDispatchForTest(r *Runner, tp TP) {
 	r.stopDispatch(r.parts[tp])
 	r.flushFlow()
+	r.carryOut(r.take())
 }
 
 // CheckLanesForTest checks KeyOrder's lane accounting: every lane in a

@@ -129,12 +129,13 @@ func (r *Runner) checkGlobal() {
 	}
 }
 
-// flushFlow tells the source about partitions whose paused state changed.
+// flushFlow adds the partitions whose paused state changed to the actions'
+// pause and resume lists, for the Runner to tell the source.
 func (r *Runner) flushFlow() {
 	if len(r.flowDirty) == 0 {
 		return
 	}
-	r.pauseBuf, r.resumeBuf = r.pauseBuf[:0], r.resumeBuf[:0]
+	paused := len(r.acts.pause)
 	for _, ps := range r.flowDirty {
 		if ps.closed {
 			continue
@@ -148,18 +149,14 @@ func (r *Runner) flushFlow() {
 		}
 		ps.srcPaused = want
 		if want {
-			r.pauseBuf = append(r.pauseBuf, ps.tp)
+			r.acts.pause = append(r.acts.pause, ps.tp)
 		} else {
-			r.resumeBuf = append(r.resumeBuf, ps.tp)
+			r.acts.resume = append(r.acts.resume, ps.tp)
 		}
 	}
 	clear(r.flowDirty)
 	r.flowDirty = r.flowDirty[:0]
-	if len(r.pauseBuf) > 0 {
-		r.src.Pause(r.pauseBuf)
-		r.tel.pauses.Add(context.Background(), int64(len(r.pauseBuf)))
-	}
-	if len(r.resumeBuf) > 0 {
-		r.src.Resume(r.resumeBuf)
+	if n := len(r.acts.pause) - paused; n > 0 {
+		r.tel.pauses.Add(context.Background(), int64(n))
 	}
 }

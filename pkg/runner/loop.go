@@ -56,6 +56,7 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 		}
 		r.dispatch()
 		r.flushFlow()
+		r.carryOut(r.take())
 	}
 	return r.drainErr
 }
@@ -78,6 +79,7 @@ func (r *Runner) onSink(req *sinkReq) {
 		}
 		r.checkDrains() // an assignment can replace (lose) a partition a drain waits on
 		r.flushFlow()   // under the global cap, new partitions start paused
+		r.carryOut(r.take())
 		if replaced && r.committing != nil {
 			// The replaced assignments were lost: answer as for Lost, once
 			// a commit built for them can no longer reach the source.
@@ -95,6 +97,7 @@ func (r *Runner) onSink(req *sinkReq) {
 		// dispatching (the loop dispatches right after), so the source's
 		// next poll overlaps the dispatch.
 		r.flushFlow()
+		r.carryOut(r.take())
 		req.reply <- sinkReply{budget: r.budget()}
 	case sinkLost:
 		for _, tp := range req.tps {

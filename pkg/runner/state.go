@@ -25,8 +25,6 @@ type pollState struct {
 	bandCount    [bands]int
 	globalPaused bool
 	flowDirty    []*partState
-	pauseBuf     []TP
-	resumeBuf    []TP
 	overhead     int64        // RecordOverhead(cfg.ordering)
 	free         []*task      // see freeTask
 	freeLanes    []*lane      // see freeLane
@@ -43,6 +41,7 @@ type pollState struct {
 	pendingBuf   []rebalance.Commit
 	handlerCtx   context.Context
 	afterCommit  []chan sinkReply // Lost (or replacing Assigned) replies held until the commit in flight is answered
+	acts         actions          // what the events so far ask of the world (take)
 
 	// KeyOrder's idle lanes, newest first (pushIdle), and the most records
 	// buffered and in flight at once since the last tick, and over the
@@ -50,4 +49,32 @@ type pollState struct {
 	idleNewest, idleOldest *lane
 	idleN                  int
 	countPeak, countPrev   int
+}
+
+// actions is what the poll state asks of the world after an event. The
+// Runner carries them out (carryOut) in the order of the fields.
+type actions struct {
+	// pause and resume are the partitions whose paused state changed, for
+	// Source.Pause and Source.Resume.
+	pause, resume []TP
+}
+
+// take returns the actions the events since the last take asked for, and
+// starts a new set. The slices of what it returns are reused: they are
+// valid until the next call of a pollState method.
+func (r *Runner) take() actions {
+	a := r.acts
+	r.acts = actions{pause: a.pause[:0], resume: a.resume[:0]}
+	return a
+}
+
+// carryOut does what the poll state asked for, in the order of the fields
+// of actions.
+func (r *Runner) carryOut(a actions) {
+	if len(a.pause) > 0 {
+		r.src.Pause(a.pause)
+	}
+	if len(a.resume) > 0 {
+		r.src.Resume(a.resume)
+	}
 }
