@@ -96,8 +96,8 @@ func (r *Runner) enqueue(ps *partState, t *task) {
 	r.ready.push(t)
 }
 
-// dispatch moves ready tasks to the workers' queue while fewer than
-// Concurrency tasks are queued or running.
+// dispatch moves ready tasks to the actions' work, for the workers' queue,
+// while fewer than Concurrency tasks are queued or running.
 func (r *Runner) dispatch() {
 	var head, tail *task
 	n := 0
@@ -122,7 +122,7 @@ func (r *Runner) dispatch() {
 		n++
 	}
 	if n > 0 {
-		r.workq.push(head, tail, n)
+		r.acts.work.add(head, tail, n)
 	}
 }
 

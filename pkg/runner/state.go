@@ -54,6 +54,8 @@ type pollState struct {
 // actions is what the poll state asks of the world after an event. The
 // Runner carries them out (carryOut) in the order of the fields.
 type actions struct {
+	// work is the tasks to hand to the workers.
+	work work
 	// pause and resume are the partitions whose paused state changed, for
 	// Source.Pause and Source.Resume.
 	pause, resume []TP
@@ -71,10 +73,30 @@ func (r *Runner) take() actions {
 // carryOut does what the poll state asked for, in the order of the fields
 // of actions.
 func (r *Runner) carryOut(a actions) {
+	if a.work.n > 0 {
+		r.workq.push(a.work.head, a.work.tail, a.work.n)
+	}
 	if len(a.pause) > 0 {
 		r.src.Pause(a.pause)
 	}
 	if len(a.resume) > 0 {
 		r.src.Resume(a.resume)
 	}
+}
+
+// work is n tasks linked head..tail through nextQ.
+type work struct {
+	head, tail *task
+	n          int
+}
+
+// add appends the n tasks linked head..tail.
+func (w *work) add(head, tail *task, n int) {
+	if w.n == 0 {
+		w.head = head
+	} else {
+		w.tail.nextQ = head
+	}
+	w.tail = tail
+	w.n += n
 }
