@@ -29,9 +29,10 @@ func (r *Runner) newCommit(deadline time.Time) *commitReq {
 	return c
 }
 
+// send puts c in the actions, for the committer, and marks it in flight.
 func (r *Runner) send(c *commitReq) {
 	r.committing = c
-	r.commitReq <- c // capacity 1 and at most one in flight: never blocks
+	r.acts.commit = c
 }
 
 // tick runs every commit interval: an asynchronous commit of the safe

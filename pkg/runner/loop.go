@@ -54,6 +54,7 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 			r.log.Error("source failed; stopping without a final commit", "err", err)
 			return err
 		}
+		r.carryOut(r.take())
 		r.dispatch()
 		r.flushFlow()
 		r.carryOut(r.take())

@@ -54,6 +54,9 @@ type pollState struct {
 // actions is what the poll state asks of the world after an event. The
 // Runner carries them out (carryOut) in the order of the fields.
 type actions struct {
+	// commit is a commit request for the committer. Commits are sequenced,
+	// one in flight at a time: an event sends at most one.
+	commit *commitReq
 	// work is the tasks to hand to the workers.
 	work work
 	// pause and resume are the partitions whose paused state changed, for
@@ -73,6 +76,9 @@ func (r *Runner) take() actions {
 // carryOut does what the poll state asked for, in the order of the fields
 // of actions.
 func (r *Runner) carryOut(a actions) {
+	if a.commit != nil {
+		r.commitReq <- a.commit // capacity 1 and at most one in flight: never blocks
+	}
 	if a.work.n > 0 {
 		r.workq.push(a.work.head, a.work.tail, a.work.n)
 	}
