@@ -51,8 +51,8 @@ func (r *Runner) tick() {
 
 func (r *Runner) onCommitted(c *commitReq) {
 	r.committing = nil
-	for _, reply := range r.afterCommit {
-		reply <- sinkReply{}
+	for _, ch := range r.afterCommit {
+		r.acts.replies = append(r.acts.replies, reply{to: ch})
 	}
 	r.afterCommit = r.afterCommit[:0]
 	r.tel.commitLatency.Record(context.Background(), c.took.Seconds())

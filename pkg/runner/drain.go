@@ -15,10 +15,12 @@ type drain struct {
 	// commitBy bounds the final commit (Shutdown's deadline); zero: only
 	// CommitTimeout does.
 	commitBy time.Time
-	ctxDone  <-chan struct{}
-	reply    chan error // nil for a shutdown
-	stop     bool
-	ready    bool // drained or out of time: waiting for its final commit
+	// untilCtx is set on a shutdown's drain that ends with Shutdown's ctx
+	// too, and ctxEnded once that ctx ended (shutdownEnded).
+	untilCtx, ctxEnded bool
+	reply              chan error // nil for a shutdown
+	stop               bool
+	ready              bool // drained or out of time: waiting for its final commit
 }
 
 // stopDispatch starts a partition's drain: records that have not started are
@@ -74,15 +76,16 @@ func (r *Runner) drop(ps *partState, t *task) {
 }
 
 // beginStop starts a graceful stop: a drain of every partition until
-// deadline (zero: none) or until ctxDone, then a final commit bounded by
-// commitBy (zero: CommitTimeout alone).
-func (r *Runner) beginStop(deadline, commitBy time.Time, ctxDone <-chan struct{}) {
+// deadline (zero: none) or, if untilCtx, until Shutdown's ctx ends
+// (shutdownEnded), then a final commit bounded by commitBy (zero:
+// CommitTimeout alone).
+func (r *Runner) beginStop(deadline, commitBy time.Time, untilCtx bool) {
 	if r.stopping {
 		return
 	}
 	r.stopping = true
 	r.log.Info("stopping: draining in-flight handlers", "partitions", len(r.parts), "in_flight", r.inflight, "deadline", deadline)
-	d := &drain{deadline: deadline, commitBy: commitBy, ctxDone: ctxDone, stop: true}
+	d := &drain{deadline: deadline, commitBy: commitBy, untilCtx: untilCtx, stop: true}
 	for _, ps := range r.parts {
 		// A partition already draining for a revoke joins the stop drain
 		// too: the stop must not end before that revoke's handlers did.
@@ -104,14 +107,7 @@ func (r *Runner) checkDrains() {
 		if d.ready {
 			continue
 		}
-		expired := !d.deadline.IsZero() && !now.Before(d.deadline)
-		if d.ctxDone != nil {
-			select {
-			case <-d.ctxDone:
-				expired = true
-			default:
-			}
-		}
+		expired := !d.deadline.IsZero() && !now.Before(d.deadline) || d.ctxEnded
 		idle := true
 		for _, ps := range d.parts {
 			if !ps.closed && ps.inflight > 0 {
@@ -128,9 +124,20 @@ func (r *Runner) checkDrains() {
 		}
 	}
 	if !next.IsZero() {
-		r.drainTimer.Reset(time.Until(next))
+		r.acts.drainAt = next
 	}
 	r.finalCommit()
+}
+
+// shutdownEnded ends the drain of a shutdown whose ctx ended: its time is
+// up.
+func (r *Runner) shutdownEnded() {
+	for _, d := range r.drains {
+		if d.untilCtx {
+			d.ctxEnded = true
+		}
+	}
+	r.checkDrains()
 }
 
 // finalCommit sends one synchronous commit for every ready drain once no
@@ -202,7 +209,7 @@ func (r *Runner) finishDrains(ds []*drain, commitErr error) {
 			r.drainErr = err
 			r.finished = true
 		} else {
-			d.reply <- err
+			r.acts.replies = append(r.acts.replies, reply{toErr: d.reply, rep: sinkReply{err: err}})
 		}
 	}
 }

@@ -27,13 +27,13 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 			r.checkDrains()
 		case s := <-r.stopCh:
 			stopCtxDone = s.ctxDone
-			r.beginStop(s.drainDeadline, s.deadline, s.ctxDone)
+			r.beginStop(s.drainDeadline, s.deadline, s.ctxDone != nil)
 		case <-ctxDone:
 			ctxDone = nil
-			r.beginStop(time.Now().Add(r.cfg.drainBudget), time.Time{}, nil)
+			r.beginStop(time.Now().Add(r.cfg.drainBudget), time.Time{}, false)
 		case <-stopCtxDone:
 			stopCtxDone = nil
-			r.checkDrains()
+			r.shutdownEnded()
 		case <-r.closeCh:
 			if r.stopping {
 				// A graceful stop was under way and its final commit was
@@ -65,7 +65,7 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 // onSink acts on one report from the source and answers it.
 func (r *Runner) onSink(req *sinkReq) {
 	if r.stopping && req.kind != sinkLost && req.kind != sinkRevoked {
-		req.reply <- sinkReply{err: ErrStopped}
+		r.acts.replies = append(r.acts.replies, reply{to: req.reply, rep: sinkReply{err: ErrStopped}})
 		return
 	}
 	switch req.kind {
@@ -80,14 +80,13 @@ func (r *Runner) onSink(req *sinkReq) {
 		}
 		r.checkDrains() // an assignment can replace (lose) a partition a drain waits on
 		r.flushFlow()   // under the global cap, new partitions start paused
-		r.carryOut(r.take())
 		if replaced && r.committing != nil {
 			// The replaced assignments were lost: answer as for Lost, once
 			// a commit built for them can no longer reach the source.
 			r.afterCommit = append(r.afterCommit, req.reply)
 			return
 		}
-		req.reply <- sinkReply{}
+		r.acts.answer = reply{to: req.reply} // after the pause
 	case sinkFetched:
 		for i := range req.batches {
 			r.deliver(&req.batches[i])
@@ -98,8 +97,7 @@ func (r *Runner) onSink(req *sinkReq) {
 		// dispatching (the loop dispatches right after), so the source's
 		// next poll overlaps the dispatch.
 		r.flushFlow()
-		r.carryOut(r.take())
-		req.reply <- sinkReply{budget: r.budget()}
+		r.acts.answer = reply{to: req.reply, rep: sinkReply{budget: r.budget()}}
 	case sinkLost:
 		for _, tp := range req.tps {
 			r.lose(tp)
@@ -113,7 +111,7 @@ func (r *Runner) onSink(req *sinkReq) {
 			r.afterCommit = append(r.afterCommit, req.reply)
 			return
 		}
-		req.reply <- sinkReply{}
+		r.acts.replies = append(r.acts.replies, reply{to: req.reply})
 	case sinkRevoked:
 		deadline := time.Now().Add(r.cfg.drainBudget)
 		if !req.deadline.IsZero() && req.deadline.Before(deadline) {
@@ -131,7 +129,7 @@ func (r *Runner) onSink(req *sinkReq) {
 			}
 		}
 		if len(d.parts) == 0 {
-			req.replyErr <- nil
+			r.acts.replies = append(r.acts.replies, reply{toErr: req.replyErr})
 			return
 		}
 		r.tel.revokes.Add(context.Background(), 1)

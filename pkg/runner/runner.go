@@ -43,6 +43,10 @@ type Runner struct {
 
 	stats statsBox
 
+	// drainTimer fires at the next drain deadline (actions.drainAt). It
+	// is the poll goroutine's own, as what follows.
+	drainTimer *time.Timer
+
 	pollState // touched by the poll goroutine alone
 }
 

@@ -33,7 +33,6 @@ type pollState struct {
 	freeLanesLow int          // the least len(freeLanes) since then
 	keySeed      maphash.Seed // hashes KeyOrder's keys into lanes
 	drains       []*drain
-	drainTimer   *time.Timer
 	committing   *commitReq
 	stopping     bool
 	finished     bool
@@ -54,6 +53,9 @@ type pollState struct {
 // actions is what the poll state asks of the world after an event. The
 // Runner carries them out (carryOut) in the order of the fields.
 type actions struct {
+	// replies answer Sink calls waiting in the source, in order: reports
+	// acted on, drains ended.
+	replies []reply
 	// commit is a commit request for the committer. Commits are sequenced,
 	// one in flight at a time: an event sends at most one.
 	commit *commitReq
@@ -62,6 +64,28 @@ type actions struct {
 	// pause and resume are the partitions whose paused state changed, for
 	// Source.Pause and Source.Resume.
 	pause, resume []TP
+	// answer answers the Sink call of the event after the pause and resume
+	// calls: Fetched and Assigned pause partitions before they return.
+	answer reply
+	// drainAt is when a drain's time runs out next (zero: no change).
+	drainAt time.Time
+}
+
+// reply is the answer to one Sink call: rep on to, or rep.err on toErr
+// (Revoked).
+type reply struct {
+	to    chan sinkReply
+	toErr chan error
+	rep   sinkReply
+}
+
+func (rp reply) send() {
+	switch {
+	case rp.to != nil:
+		rp.to <- rp.rep // capacity 1, one answer per call: never blocks
+	case rp.toErr != nil:
+		rp.toErr <- rp.rep.err
+	}
 }
 
 // take returns the actions the events since the last take asked for, and
@@ -69,13 +93,16 @@ type actions struct {
 // valid until the next call of a pollState method.
 func (r *Runner) take() actions {
 	a := r.acts
-	r.acts = actions{pause: a.pause[:0], resume: a.resume[:0]}
+	r.acts = actions{replies: a.replies[:0], pause: a.pause[:0], resume: a.resume[:0]}
 	return a
 }
 
 // carryOut does what the poll state asked for, in the order of the fields
 // of actions.
 func (r *Runner) carryOut(a actions) {
+	for _, rp := range a.replies {
+		rp.send()
+	}
 	if a.commit != nil {
 		r.commitReq <- a.commit // capacity 1 and at most one in flight: never blocks
 	}
@@ -87,6 +114,10 @@ func (r *Runner) carryOut(a actions) {
 	}
 	if len(a.resume) > 0 {
 		r.src.Resume(a.resume)
+	}
+	a.answer.send()
+	if !a.drainAt.IsZero() {
+		r.drainTimer.Reset(time.Until(a.drainAt))
 	}
 }
 
