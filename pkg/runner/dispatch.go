@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
-	"time"
 
 	"github.com/tidemark/tidemark/pkg/rebalance"
 )
@@ -18,7 +17,7 @@ func (r *Runner) deliver(b *Batch) {
 		return
 	}
 	h := r.cfg.handlers[b.TP.Topic]
-	now := time.Now()
+	now := r.now()
 	for i := range b.Records {
 		rec := &b.Records[i]
 		if err := ps.p.Deliver(rec.Offset); err != nil {

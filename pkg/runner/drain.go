@@ -101,7 +101,7 @@ func (r *Runner) beginStop(deadline, commitBy time.Time, untilCtx bool) {
 // checkDrains marks drains whose partitions are idle (or whose time is up)
 // ready, and starts the final commit when the committer is free.
 func (r *Runner) checkDrains() {
-	now := time.Now()
+	now := r.now()
 	var next time.Time
 	for _, d := range r.drains {
 		if d.ready {

@@ -113,7 +113,7 @@ func (r *Runner) onSink(req *sinkReq) {
 		}
 		r.acts.replies = append(r.acts.replies, reply{to: req.reply})
 	case sinkRevoked:
-		deadline := time.Now().Add(r.cfg.drainBudget)
+		deadline := r.now().Add(r.cfg.drainBudget)
 		if !req.deadline.IsZero() && req.deadline.Before(deadline) {
 			deadline = req.deadline
 		}

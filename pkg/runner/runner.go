@@ -80,6 +80,7 @@ func New(src Source, opts ...Option) (*Runner, error) {
 			table:   rebalance.NewTable(),
 			parts:   map[TP]*partState{},
 			keySeed: maphash.MakeSeed(),
+			now:     time.Now,
 		},
 	}
 	r.workq.cond.L = &r.workq.mu

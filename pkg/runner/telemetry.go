@@ -366,7 +366,7 @@ func (r *Runner) oldest(ps *partState) oldestRecord {
 		return oldestRecord{offset: -1}
 	}
 	o := oldestRecord{offset: off}
-	now := time.Now()
+	now := r.now()
 	switch t := ps.oldest; {
 	case t != nil && t.rec.Offset == off:
 		o.age = now.Sub(t.delivered)
@@ -387,7 +387,7 @@ func (r *Runner) oldest(ps *partState) oldestRecord {
 // publishStats refreshes the snapshot. It reuses the previous snapshot's
 // slice: Stats copies under the lock, so nothing else refers to it.
 func (r *Runner) publishStats() {
-	now := time.Now()
+	now := r.now()
 	s := Stats{LoopAt: now, Stopping: r.stopping, InFlight: r.inflight, Buffered: r.totalCount, Bytes: r.charged()}
 	s.Partitions = r.stats.spare[:0]
 	for _, ps := range r.parts {
