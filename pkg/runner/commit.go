@@ -35,10 +35,10 @@ func (r *Runner) send(c *commitReq) {
 	r.acts.commit = c
 }
 
-// tick runs every commit interval: an asynchronous commit of the safe
-// offsets and a refresh of the stats the probes and gauges read.
+// tick runs every commit interval, after the refresh of the stats the
+// probes and gauges read (publishStats): the memory's trimming and an
+// asynchronous commit of the safe offsets.
 func (r *Runner) tick() {
-	r.publishStats()
 	r.trimMemory()
 	if r.committing != nil || r.stopping {
 		return

@@ -125,9 +125,9 @@ func (r *Runner) dispatch() {
 	}
 }
 
-// onFinished takes back every task the workers finished since last time.
-func (r *Runner) onFinished() {
-	for t := r.doneq.take(); t != nil; {
+// onFinished takes back the finished tasks linked from t through nextQ.
+func (r *Runner) onFinished(t *task) {
+	for t != nil {
 		next := t.nextQ
 		r.onDone(t)
 		t = next

@@ -14,26 +14,28 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 	ctxDone := ctx.Done()
 	var stopCtxDone <-chan struct{}
 	for !r.finished {
+		var a actions
 		select {
 		case req := <-r.sinkCh:
-			r.onSink(req)
+			a = r.reported(req)
 		case <-r.doneq.signal:
-			r.onFinished()
+			a = r.tasksFinished(r.doneq.take())
 		case c := <-r.commitRes:
-			r.onCommitted(c)
+			a = r.committed(c)
 		case <-ticker.C:
-			r.tick()
+			r.publishStats()
+			a = r.ticked()
 		case <-r.drainTimer.C:
-			r.checkDrains()
+			a = r.drainDue()
 		case s := <-r.stopCh:
 			stopCtxDone = s.ctxDone
-			r.beginStop(s.drainDeadline, s.deadline, s.ctxDone != nil)
+			a = r.stop(s.drainDeadline, s.deadline, s.ctxDone != nil)
 		case <-ctxDone:
 			ctxDone = nil
-			r.beginStop(time.Now().Add(r.cfg.drainBudget), time.Time{}, false)
+			a = r.stop(time.Now().Add(r.cfg.drainBudget), time.Time{}, false)
 		case <-stopCtxDone:
 			stopCtxDone = nil
-			r.shutdownEnded()
+			a = r.shutdownCtxDone()
 		case <-r.closeCh:
 			if r.stopping {
 				// A graceful stop was under way and its final commit was
@@ -54,12 +56,34 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 			r.log.Error("source failed; stopping without a final commit", "err", err)
 			return err
 		}
-		r.carryOut(r.take())
-		r.dispatch()
-		r.flushFlow()
-		r.carryOut(r.take())
+		r.carryOut(a)
+		r.carryOut(r.settle())
 	}
 	return r.drainErr
+}
+
+// carryOut does what the poll state asked for, in the order of the fields
+// of actions.
+func (r *Runner) carryOut(a actions) {
+	for _, rp := range a.replies {
+		rp.send()
+	}
+	if a.commit != nil {
+		r.commitReq <- a.commit // capacity 1 and at most one in flight: never blocks
+	}
+	if a.work.n > 0 {
+		r.workq.push(a.work.head, a.work.tail, a.work.n)
+	}
+	if len(a.pause) > 0 {
+		r.src.Pause(a.pause)
+	}
+	if len(a.resume) > 0 {
+		r.src.Resume(a.resume)
+	}
+	a.answer.send()
+	if !a.drainAt.IsZero() {
+		r.drainTimer.Reset(time.Until(a.drainAt))
+	}
 }
 
 // onSink acts on one report from the source and answers it.

@@ -54,6 +54,63 @@ type pollState struct {
 	countPeak, countPrev   int
 }
 
+// The events. Each returns the actions it calls for; the loop carries them
+// out, then those of settle.
+
+// reported acts on a Sink call of the source (req) and answers it, now or
+// once the commit in flight was answered (committed).
+func (r *Runner) reported(req *sinkReq) actions {
+	r.onSink(req)
+	return r.take()
+}
+
+// tasksFinished takes back the tasks the workers finished, linked from t
+// through nextQ.
+func (r *Runner) tasksFinished(t *task) actions {
+	r.onFinished(t)
+	return r.take()
+}
+
+// committed takes the committer's answer to the commit in flight.
+func (r *Runner) committed(c *commitReq) actions {
+	r.onCommitted(c)
+	return r.take()
+}
+
+// ticked runs the commit interval's tick (the loop publishes the stats
+// first).
+func (r *Runner) ticked() actions {
+	r.tick()
+	return r.take()
+}
+
+// drainDue checks the drains once the time of actions.drainAt came.
+func (r *Runner) drainDue() actions {
+	r.checkDrains()
+	return r.take()
+}
+
+// stop begins a graceful stop (beginStop); a second stop changes nothing.
+func (r *Runner) stop(deadline, commitBy time.Time, untilCtx bool) actions {
+	r.beginStop(deadline, commitBy, untilCtx)
+	return r.take()
+}
+
+// shutdownCtxDone reports that Shutdown's ctx ended: a stop begun with
+// untilCtx is out of time.
+func (r *Runner) shutdownCtxDone() actions {
+	r.shutdownEnded()
+	return r.take()
+}
+
+// settle runs after every event: it hands ready tasks to the workers and
+// tells the source what the event paused or resumed.
+func (r *Runner) settle() actions {
+	r.dispatch()
+	r.flushFlow()
+	return r.take()
+}
+
 // actions is what the poll state asks of the world after an event. The
 // Runner carries them out (carryOut) in the order of the fields.
 type actions struct {
@@ -99,30 +156,6 @@ func (r *Runner) take() actions {
 	a := r.acts
 	r.acts = actions{replies: a.replies[:0], pause: a.pause[:0], resume: a.resume[:0]}
 	return a
-}
-
-// carryOut does what the poll state asked for, in the order of the fields
-// of actions.
-func (r *Runner) carryOut(a actions) {
-	for _, rp := range a.replies {
-		rp.send()
-	}
-	if a.commit != nil {
-		r.commitReq <- a.commit // capacity 1 and at most one in flight: never blocks
-	}
-	if a.work.n > 0 {
-		r.workq.push(a.work.head, a.work.tail, a.work.n)
-	}
-	if len(a.pause) > 0 {
-		r.src.Pause(a.pause)
-	}
-	if len(a.resume) > 0 {
-		r.src.Resume(a.resume)
-	}
-	a.answer.send()
-	if !a.drainAt.IsZero() {
-		r.drainTimer.Reset(time.Until(a.drainAt))
-	}
 }
 
 // work is n tasks linked head..tail through nextQ.
