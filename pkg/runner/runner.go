@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/tidemark/tidemark/pkg/rebalance"
 )
 
 // Runner consumes records from a Source and runs the registered handlers on
@@ -47,7 +44,7 @@ type Runner struct {
 	// is the poll goroutine's own, as what follows.
 	drainTimer *time.Timer
 
-	pollState // touched by the poll goroutine alone
+	poll pollState // touched by the poll goroutine alone
 }
 
 // New returns a Runner over src. It validates the options and returns a
@@ -76,16 +73,8 @@ func New(src Source, opts ...Option) (*Runner, error) {
 		closeCh:   make(chan struct{}),
 		loopDone:  make(chan struct{}),
 		runDone:   make(chan struct{}),
-		pollState: pollState{
-			table:   rebalance.NewTable(),
-			parts:   map[TP]*partState{},
-			keySeed: maphash.MakeSeed(),
-			now:     time.Now,
-		},
 	}
 	r.workq.cond.L = &r.workq.mu
-	r.pauseAt, _ = cfg.globalLimits()
-	r.overhead = RecordOverhead(cfg.ordering)
 	if cfg.policy.kind == policyDeadLetter {
 		r.dlw = cfg.policy.writer
 		if r.dlw == nil {
@@ -106,6 +95,7 @@ func New(src Source, opts ...Option) (*Runner, error) {
 		return nil, fmt.Errorf("runner: telemetry: %w", err)
 	}
 	r.tel = tel
+	r.poll = newPollState(&r.cfg, r.log, tel)
 	r.tracer = newTracer(cfg.tracerProvider)
 	return r, nil
 }
@@ -131,7 +121,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	// including the final commit after ctx is done.
 	hard, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hardCancel()
-	r.handlerCtx = hard
+	r.poll.handlerCtx = hard
 
 	var wg sync.WaitGroup
 	for range r.cfg.concurrency {
@@ -159,7 +149,7 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	// Cancel whatever still runs (handlers past the budget, or everything on
 	// Close), then wait for our goroutines before leaving the group.
-	for _, ps := range r.parts {
+	for _, ps := range r.poll.parts {
 		ps.cancel()
 	}
 	hardCancel()

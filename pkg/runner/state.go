@@ -3,15 +3,35 @@ package runner
 import (
 	"context"
 	"hash/maphash"
+	"log/slog"
 	"time"
 
 	"github.com/tidemark/tidemark/pkg/rebalance"
 )
 
 // pollState is the state of the runner's poll goroutine: the partitions and
-// their lanes, flow control, memory accounting, drains and commits. Nothing
-// in it is touched by another goroutine.
+// their lanes, flow control, memory accounting, drains and commits. It
+// starts no goroutine, never calls the Source and never sends or receives
+// on a channel (it keeps the reply channels of Sink calls it holds, to name
+// them in its actions): each event below (a Sink report, finished tasks, a
+// commit's answer, a tick, a drain deadline, a stop) changes the state and
+// returns the actions it calls for — answers to the source, a commit,
+// tasks for the workers, partitions to pause or resume, the next drain
+// deadline — which Runner.loop carries out (carryOut). So it can be
+// driven, and its actions checked, with no goroutine, Source or sleep
+// (state_test.go).
+//
+// What it does keep inside is not I/O to the broker or the database:
+// logging, metrics, cancelling a lost or drained partition's handler
+// context, setting the flag workers read to skip a draining partition's
+// tasks, and reading its clock (now). It is not safe for concurrent use:
+// only the poll goroutine calls it (and tests, before Run).
 type pollState struct {
+	cfg        *config // the Runner's
+	log        *slog.Logger
+	tel        *telemetry
+	handlerCtx context.Context // the parent of the partitions' contexts (Run's)
+
 	table        *rebalance.Table
 	parts        map[TP]*partState
 	ready        queue
@@ -38,7 +58,6 @@ type pollState struct {
 	finished     bool
 	drainErr     error
 	pendingBuf   []rebalance.Commit
-	handlerCtx   context.Context
 	afterCommit  []chan sinkReply // Lost (or replacing Assigned) replies held until the commit in flight is answered
 	acts         actions          // what the events so far ask of the world (take)
 	// now is the clock: time.Now, or a test's. It is read where the
@@ -54,61 +73,79 @@ type pollState struct {
 	countPeak, countPrev   int
 }
 
+// newPollState returns the state of a Runner with configuration cfg, which
+// it reads but never changes.
+func newPollState(cfg *config, log *slog.Logger, tel *telemetry) pollState {
+	pauseAt, _ := cfg.globalLimits()
+	return pollState{
+		cfg:        cfg,
+		log:        log,
+		tel:        tel,
+		handlerCtx: context.Background(), // Run sets its own
+		table:      rebalance.NewTable(),
+		parts:      map[TP]*partState{},
+		pauseAt:    pauseAt,
+		overhead:   RecordOverhead(cfg.ordering),
+		keySeed:    maphash.MakeSeed(),
+		now:        time.Now,
+	}
+}
+
 // The events. Each returns the actions it calls for; the loop carries them
 // out, then those of settle.
 
 // reported acts on a Sink call of the source (req) and answers it, now or
 // once the commit in flight was answered (committed).
-func (r *Runner) reported(req *sinkReq) actions {
-	r.onSink(req)
-	return r.take()
+func (s *pollState) reported(req *sinkReq) actions {
+	s.onSink(req)
+	return s.take()
 }
 
 // tasksFinished takes back the tasks the workers finished, linked from t
 // through nextQ.
-func (r *Runner) tasksFinished(t *task) actions {
-	r.onFinished(t)
-	return r.take()
+func (s *pollState) tasksFinished(t *task) actions {
+	s.onFinished(t)
+	return s.take()
 }
 
 // committed takes the committer's answer to the commit in flight.
-func (r *Runner) committed(c *commitReq) actions {
-	r.onCommitted(c)
-	return r.take()
+func (s *pollState) committed(c *commitReq) actions {
+	s.onCommitted(c)
+	return s.take()
 }
 
 // ticked runs the commit interval's tick (the loop publishes the stats
 // first).
-func (r *Runner) ticked() actions {
-	r.tick()
-	return r.take()
+func (s *pollState) ticked() actions {
+	s.tick()
+	return s.take()
 }
 
 // drainDue checks the drains once the time of actions.drainAt came.
-func (r *Runner) drainDue() actions {
-	r.checkDrains()
-	return r.take()
+func (s *pollState) drainDue() actions {
+	s.checkDrains()
+	return s.take()
 }
 
 // stop begins a graceful stop (beginStop); a second stop changes nothing.
-func (r *Runner) stop(deadline, commitBy time.Time, untilCtx bool) actions {
-	r.beginStop(deadline, commitBy, untilCtx)
-	return r.take()
+func (s *pollState) stop(deadline, commitBy time.Time, untilCtx bool) actions {
+	s.beginStop(deadline, commitBy, untilCtx)
+	return s.take()
 }
 
 // shutdownCtxDone reports that Shutdown's ctx ended: a stop begun with
 // untilCtx is out of time.
-func (r *Runner) shutdownCtxDone() actions {
-	r.shutdownEnded()
-	return r.take()
+func (s *pollState) shutdownCtxDone() actions {
+	s.shutdownEnded()
+	return s.take()
 }
 
 // settle runs after every event: it hands ready tasks to the workers and
 // tells the source what the event paused or resumed.
-func (r *Runner) settle() actions {
-	r.dispatch()
-	r.flushFlow()
-	return r.take()
+func (s *pollState) settle() actions {
+	s.dispatch()
+	s.flushFlow()
+	return s.take()
 }
 
 // actions is what the poll state asks of the world after an event. The
@@ -152,9 +189,9 @@ func (rp reply) send() {
 // take returns the actions the events since the last take asked for, and
 // starts a new set. The slices of what it returns are reused: they are
 // valid until the next call of a pollState method.
-func (r *Runner) take() actions {
-	a := r.acts
-	r.acts = actions{replies: a.replies[:0], pause: a.pause[:0], resume: a.resume[:0]}
+func (s *pollState) take() actions {
+	a := s.acts
+	s.acts = actions{replies: a.replies[:0], pause: a.pause[:0], resume: a.resume[:0]}
 	return a
 }
 
