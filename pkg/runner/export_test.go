@@ -14,7 +14,7 @@ func AssignForTest(r *Runner, tps []TP) {
 		r.poll.assign(Assignment{TP: tp, Start: 0, Generation: NoGeneration}, nil)
 	}
 	r.poll.flushFlow()
-	r.carryOut(r.poll.take())
+	r.carryOut(&r.poll.acts)
 }
 
 // BudgetForTest returns what Sink.Fetched would return.
@@ -32,7 +32,7 @@ func DeliverForTest(r *Runner, b Batch) {
 	r.poll.deliver(&b)
 	r.poll.fitFree()
 	r.poll.flushFlow()
-	r.carryOut(r.poll.take())
+	r.carryOut(&r.poll.acts)
 }
 
 // ExactBudgetForTest is the budget computed by scanning every partition:
@@ -80,7 +80,7 @@ func CompleteForTest(r *Runner, n int, stuck func(Record) bool) int {
 		r.poll.ready.push(t)
 	}
 	r.poll.flushFlow()
-	r.carryOut(r.poll.take())
+	r.carryOut(&r.poll.acts)
 	return done
 }
 
@@ -96,7 +96,7 @@ func MemoryForTest(r *Runner) (claimed, free, pauseAt int64) {
 func TickForTest(r *Runner) {
 	r.poll.trimMemory()
 	r.poll.flushFlow()
-	r.carryOut(r.poll.take())
+	r.carryOut(&r.poll.acts)
 }
 
 // IdleLanesForTest returns how many idle key lanes the runner caches, and
@@ -113,7 +113,7 @@ func IdleLanesForTest(r *Runner) (idle, lanes int) {
 func StopDispatchForTest(r *Runner, tp TP) {
 	r.poll.stopDispatch(r.poll.parts[tp])
 	r.poll.flushFlow()
-	r.carryOut(r.poll.take())
+	r.carryOut(&r.poll.acts)
 }
 
 // CheckLanesForTest checks KeyOrder's lane accounting: every lane in a

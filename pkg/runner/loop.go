@@ -14,7 +14,7 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 	ctxDone := ctx.Done()
 	var stopCtxDone <-chan struct{}
 	for !r.poll.finished {
-		var a actions
+		var a *actions
 		select {
 		case req := <-r.sinkCh:
 			a = r.poll.reported(req)
@@ -63,8 +63,8 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 }
 
 // carryOut does what the poll state asked for, in the order of the fields
-// of actions.
-func (r *Runner) carryOut(a actions) {
+// of actions, and resets a.
+func (r *Runner) carryOut(a *actions) {
 	for _, rp := range a.replies {
 		rp.send()
 	}
@@ -84,6 +84,7 @@ func (r *Runner) carryOut(a actions) {
 	if !a.drainAt.IsZero() {
 		r.drainTimer.Reset(time.Until(a.drainAt))
 	}
+	a.reset()
 }
 
 // onSink acts on one report from the source and answers it.

@@ -60,7 +60,8 @@ func newHarness(t *testing.T, opts ...Option) *harness {
 }
 
 // got is a copy of the actions of one event followed by those of the
-// settle the loop runs after it (the state reuses the slices it returns).
+// settle the loop runs after it (the state reuses its actions once they
+// were carried out: do resets them, as carryOut does).
 type got struct {
 	replies       []reply
 	commit        *commitReq
@@ -70,19 +71,25 @@ type got struct {
 	drainAt       time.Time
 }
 
-func (h *harness) do(a actions) got {
+func (h *harness) do(a *actions) got {
 	h.t.Helper()
 	g := got{
 		replies: slices.Clone(a.replies), commit: a.commit, work: tasksOf(a.work),
 		pause: slices.Clone(a.pause), resume: slices.Clone(a.resume), answer: a.answer, drainAt: a.drainAt,
 	}
+	a.reset()
 	st := h.s.settle()
-	if len(st.replies) > 0 || st.commit != nil || st.answer != (reply{}) || !st.drainAt.IsZero() {
+	if len(st.replies) > 0 || st.commit != nil || st.answer.to != nil || st.answer.toErr != nil || !st.drainAt.IsZero() {
 		h.t.Fatalf("settle returned more than work and flow: %+v", st)
 	}
 	g.work = append(g.work, tasksOf(st.work)...)
 	g.pause = append(g.pause, st.pause...)
 	g.resume = append(g.resume, st.resume...)
+	st.reset()
+	if len(st.replies)+len(st.pause)+len(st.resume)+st.work.n > 0 || st.commit != nil ||
+		st.answer != (reply{}) || !st.drainAt.IsZero() {
+		h.t.Fatalf("reset left actions behind: %+v", *st)
+	}
 	return g
 }
 
