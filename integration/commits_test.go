@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 )
 
@@ -28,7 +29,7 @@ import (
 // resetting the sequencer), or a final commit below the new owner's first,
 // fails it, even if a later commit covered it before a 100 ms sample.
 func TestCommitsNeverGoBackEachCommit(t *testing.T) {
-	gapNoLeaks(t)
+	noLeaks(t)
 	const n, partitions = 20_000, 6
 	topic, group := bed.Topic(t, partitions), bed.Group(t)
 	bed.Produce(t, topic, n, func(i int) string { return "key-" + strconv.Itoa(i%1000) })
@@ -45,13 +46,13 @@ func TestCommitsNeverGoBackEachCommit(t *testing.T) {
 	}
 	watch := bed.Cluster(t).Sample(group, topic, 100*time.Millisecond) // the broker's view, sampled
 	log := newSpyLog()
-	var members []*gapMember
+	var members []*kafkatest.Member
 	k := 0
 	add := func() {
 		k++
 		name := "m" + strconv.Itoa(k)
-		src := &spySource{Source: gapFranz(t, group, topic), name: name, log: log}
-		members = append(members, gapStart(t, name, src, topic, h, runner.Concurrency(8),
+		src := &spySource{Source: franzSource(t, group, topic), name: name, log: log}
+		members = append(members, runMember(t, name, src, topic, h, runner.Concurrency(8),
 			runner.CommitInterval(20*time.Millisecond)))
 	}
 	for range 3 {
@@ -62,7 +63,7 @@ func TestCommitsNeverGoBackEachCommit(t *testing.T) {
 		time.Sleep(time.Duration(400+rand.IntN(600)) * time.Millisecond)
 		if len(members) >= 3 || (len(members) > 1 && rand.IntN(2) == 0) {
 			i := rand.IntN(len(members))
-			members[i].stop(t)
+			members[i].Stop(t)
 			members = append(members[:i], members[i+1:]...)
 			leaves++
 		} else {
@@ -74,7 +75,7 @@ func TestCommitsNeverGoBackEachCommit(t *testing.T) {
 	storming.Store(false)
 	waitCommitted(t, group, topic, bed.EndOffsets(t, topic), time.Minute)
 	for _, m := range members {
-		m.stop(t)
+		m.Stop(t)
 	}
 	watch.Close()
 

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 	"github.com/tidemark/tidemark/pkg/source/kafkago"
@@ -33,7 +34,7 @@ import (
 // the commit stayed there. franz-go reads the header; its subtest shows the
 // adapters alike.
 func TestCompactedTail(t *testing.T) {
-	gapNoLeaks(t)
+	noLeaks(t)
 	const value = 1000 // bytes: one batch of five is larger than the fetch sizes below
 	topic := compactedTopic(t)
 	cl := bed.Client(t, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(50*time.Millisecond),
@@ -62,7 +63,7 @@ func TestCompactedTail(t *testing.T) {
 		"kafkago": func(group string) (runner.Source, error) {
 			return kafkago.New(bed.Kafka(t), group, []string{topic},
 				kafkago.SessionTimeout(6*time.Second), kafkago.RebalanceTimeout(10*time.Second),
-				kafkago.HeartbeatInterval(500*time.Millisecond), kafkago.Logger(quietLogger()),
+				kafkago.HeartbeatInterval(500*time.Millisecond), kafkago.Logger(kafkatest.Logger(t)),
 				// Smaller than one batch: a fetch answers with one batch
 				// only (KIP-74), so after 0-4 the broker sends X alone,
 				// again.
@@ -71,7 +72,7 @@ func TestCompactedTail(t *testing.T) {
 		"franz": func(group string) (runner.Source, error) {
 			return franz.New(bed.Kafka(t), group, []string{topic},
 				franz.SessionTimeout(10*time.Second), franz.RebalanceTimeout(20*time.Second),
-				franz.HeartbeatInterval(500*time.Millisecond), franz.Logger(quietLogger()),
+				franz.HeartbeatInterval(500*time.Millisecond), franz.Logger(kafkatest.Logger(t)),
 				franz.ClientOptions(kgo.FetchMaxBytes(value), kgo.FetchMaxPartitionBytes(value), kgo.FetchMaxWait(100*time.Millisecond)))
 		},
 	}
@@ -84,14 +85,14 @@ func TestCompactedTail(t *testing.T) {
 			if err != nil {
 				t.Fatalf("New: %v", err)
 			}
-			m := gapStart(t, "m", src, topic, func(ctx context.Context, rec runner.Record) error {
+			m := runMember(t, "m", src, topic, func(ctx context.Context, rec runner.Record) error {
 				mu.Lock()
 				handled[rec.Offset]++
 				mu.Unlock()
 				return nil
 			})
 			waitCommitted(t, group, topic, map[int32]int64{0: end}, 30*time.Second)
-			m.stop(t)
+			m.Stop(t)
 
 			mu.Lock()
 			defer mu.Unlock()

@@ -4,6 +4,7 @@ package integration_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/tidemark/tidemark/integration/bed"
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -12,14 +13,11 @@ import (
 	"github.com/tidemark/tidemark/pkg/source/sourcetest"
 )
 
-// TestConformance runs the source conformance suite (pkg/source/sourcetest)
-// against both adapters on the test bed's broker, side by side: the same
-// scenarios, with each adapter's capabilities declared and checked.
-func TestConformance(t *testing.T) {
-	brokers := bed.Kafka(t)
-	t.Run("franz", func(t *testing.T) {
-		t.Parallel()
-		sourcetest.Run(t, sourcetest.Factory{
+// adapters returns the conformance suite's factory of each adapter on
+// brokers, by name, with each adapter's capabilities declared.
+func adapters(brokers []string) map[string]sourcetest.Factory {
+	return map[string]sourcetest.Factory{
+		"franz": {
 			Brokers:      brokers,
 			Capabilities: sourcetest.Capabilities{Cooperative: true, StaticMembership: true},
 			New: func(c sourcetest.Config) (runner.Source, error) {
@@ -34,11 +32,8 @@ func TestConformance(t *testing.T) {
 				}
 				return franz.New(c.Brokers, c.Group, c.Topics, opts...)
 			},
-		})
-	})
-	t.Run("kafkago", func(t *testing.T) {
-		t.Parallel()
-		sourcetest.Run(t, sourcetest.Factory{
+		},
+		"kafkago": {
 			Brokers: brokers,
 			// Eager rebalances only, no static membership: kafka-go's
 			// ConsumerGroup offers neither (see pkg/source/kafkago).
@@ -51,6 +46,35 @@ func TestConformance(t *testing.T) {
 					kafkago.Logger(c.Logger),
 				)
 			},
+		},
+	}
+}
+
+// TestConformance runs the source conformance suite (pkg/source/sourcetest)
+// against both adapters on the test bed's broker, side by side: the same
+// scenarios, with each adapter's capabilities declared and checked.
+func TestConformance(t *testing.T) {
+	for name, f := range adapters(bed.Kafka(t)) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			sourcetest.Run(t, f)
 		})
-	})
+	}
+}
+
+// TestRebalanceStorm runs the suite's storm scenario at ten times the size
+// TestConformance runs it, for both adapters: 200,000 keyed records (5,000
+// keys) over 12 partitions, produced in eight chunks, and members of 64
+// handlers of up to 5ms each, one joining or leaving after each chunk (1.4
+// to 2.4 seconds apart) and on until every record is handled.
+// sourcetest.RunStorm lists what it checks.
+func TestRebalanceStorm(t *testing.T) {
+	size := sourcetest.Storm{Records: 200_000, Partitions: 12, Keys: 5_000, Steps: 8, Every: 2 * time.Second,
+		Concurrency: 64, Latency: 5 * time.Millisecond, Within: 4 * time.Minute}
+	// One adapter at a time: two storms of 200 handlers each starve each
+	// other of the CPU under -race, and a storm whose members barely
+	// consume churns for minutes.
+	for name, f := range adapters(bed.Kafka(t)) {
+		t.Run(name, func(t *testing.T) { sourcetest.RunStorm(t, f, size) })
+	}
 }

@@ -1,16 +1,13 @@
 //go:build integration
 
-package integration
+package integration_test
 
 // Tests of the franz source adapter (pkg/source/franz) under a runner,
 // against the test bed's real Kafka broker.
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,57 +20,6 @@ import (
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 )
-
-// franzLedger records every handler call of one or more members.
-type franzLedger struct {
-	mu    sync.Mutex
-	calls map[runner.TP]map[int64]int // partition → offset → calls
-	byKey map[string][]int64          // partition|key → offsets in call order
-	n     int
-}
-
-func newFranzLedger() *franzLedger {
-	return &franzLedger{calls: map[runner.TP]map[int64]int{}, byKey: map[string][]int64{}}
-}
-
-func (l *franzLedger) add(rec runner.Record) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	tp := rec.TP()
-	if l.calls[tp] == nil {
-		l.calls[tp] = map[int64]int{}
-	}
-	l.calls[tp][rec.Offset]++
-	k := tp.String() + "|" + string(rec.Key)
-	l.byKey[k] = append(l.byKey[k], rec.Offset)
-	l.n++
-}
-
-func (l *franzLedger) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n
-}
-
-// franzMissing returns the first offset below the end of a partition of
-// topic that no ledger handled, or "" when every one was.
-func franzMissing(topic string, ends map[int32]int64, ls ...*franzLedger) string {
-	for p, end := range ends {
-		tp := runner.TP{Topic: topic, Partition: p}
-		for off := range end {
-			seen := false
-			for _, l := range ls {
-				l.mu.Lock()
-				seen = seen || l.calls[tp][off] > 0
-				l.mu.Unlock()
-			}
-			if !seen {
-				return fmt.Sprintf("%s@%d", tp, off)
-			}
-		}
-	}
-	return ""
-}
 
 // franzMember is one runner over one spied franz Source on the test bed.
 type franzMember struct {
@@ -103,13 +49,6 @@ func franzStart(t *testing.T, group, topic string, h runner.Handler, fopts []fra
 
 func franzKey(i int) string { return fmt.Sprintf("key-%03d", i%256) }
 
-func franzRecord(l *franzLedger) runner.Handler {
-	return func(_ context.Context, rec runner.Record) error {
-		l.add(rec)
-		return nil
-	}
-}
-
 // TestFranzConsumeAll: one runner consumes 20,000 keyed records from six
 // partitions: every record is handled exactly once, each key's records in
 // offset order, and the group commits the end offsets.
@@ -118,9 +57,9 @@ func TestFranzConsumeAll(t *testing.T) {
 	topic, group := bed.Topic(t, 6), bed.Group(t)
 	offs := bed.Cluster(t)
 	bed.Produce(t, topic, n, franzKey)
-	l := newFranzLedger()
-	m := franzStart(t, group, topic, franzRecord(l), nil)
-	kafkatest.WaitFor(t, 2*time.Minute, "every record handled", func() bool { return l.count() >= n })
+	l := kafkatest.NewLedger()
+	m := franzStart(t, group, topic, l.Handler("", nil), nil)
+	kafkatest.WaitFor(t, 2*time.Minute, "every record handled", func() bool { return l.Count() >= n })
 	kafkatest.WaitFor(t, 30*time.Second, "committed == end offsets", offs.AtEnd(group, topic))
 	m.Stop(t)
 
@@ -132,16 +71,14 @@ func TestFranzConsumeAll(t *testing.T) {
 	if total != n {
 		t.Fatalf("end offsets %v sum to %d, want %d", ends, total, n)
 	}
-	if miss := franzMissing(topic, ends, l); miss != "" {
-		t.Errorf("%s never handled", miss)
+	if err := l.ExactlyOnce(topic, ends); err != nil {
+		t.Error(err)
 	}
-	if got := l.count(); got != n {
+	if got := l.Count(); got != n {
 		t.Errorf("%d handler calls, want exactly %d (one per record)", got, n)
 	}
-	for key, offs := range l.byKey {
-		if !slices.IsSorted(offs) {
-			t.Errorf("key %s handled out of offset order: %v", key, offs)
-		}
+	if err := l.KeyOrder(); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -172,22 +109,21 @@ func franzTwoMembers(t *testing.T, opts func(member string) []franz.Option) {
 	topic, group := bed.Topic(t, 6), bed.Group(t)
 	offs := bed.Cluster(t)
 	sampler := offs.Sample(group, topic, 100*time.Millisecond)
-	la, lb := newFranzLedger(), newFranzLedger()
-	slow := func(l *franzLedger) runner.Handler {
-		return func(_ context.Context, rec runner.Record) error {
+	l := kafkatest.NewLedger()
+	slow := func(member string) runner.Handler {
+		return l.Handler(member, func(context.Context, runner.Record) error {
 			time.Sleep(time.Millisecond)
-			l.add(rec)
 			return nil
-		}
+		})
 	}
-	a := franzStart(t, group, topic, slow(la), opts("a"), runner.Concurrency(8))
+	a := franzStart(t, group, topic, slow("a"), opts("a"), runner.Concurrency(8))
 	kafkatest.WaitFor(t, 30*time.Second, "the first member owns every partition", func() bool { return a.Spy.OwnedCount() == 6 })
 	var b *franzMember
 	for c := range chunks {
 		bed.Produce(t, topic, per, func(i int) string { return franzKey(c*per + i) })
 		switch c {
 		case 6:
-			b = franzStart(t, group, topic, slow(lb), opts("b"), runner.Concurrency(8))
+			b = franzStart(t, group, topic, slow("b"), opts("b"), runner.Concurrency(8))
 		case 13:
 			kafkatest.WaitFor(t, 30*time.Second, "both members own partitions", func() bool {
 				return a.Spy.OwnedCount() > 0 && b.Spy.OwnedCount() > 0
@@ -203,11 +139,11 @@ func franzTwoMembers(t *testing.T, opts func(member string) []franz.Option) {
 	sampler.Close()
 
 	ends := bed.EndOffsets(t, topic)
-	if miss := franzMissing(topic, ends, la, lb); miss != "" {
-		t.Errorf("%s never handled", miss)
+	if err := l.AtLeastOnce(topic, ends); err != nil {
+		t.Error(err)
 	}
-	if la.count() == 0 || lb.count() == 0 {
-		t.Errorf("members handled %d and %d records; want both > 0", la.count(), lb.count())
+	if l.CountBy("a") == 0 || l.CountBy("b") == 0 {
+		t.Errorf("members handled %d and %d records; want both > 0", l.CountBy("a"), l.CountBy("b"))
 	}
 	if back := sampler.Backward(); back != "" {
 		t.Errorf("committed offset went backward: %s", back)
@@ -215,58 +151,7 @@ func franzTwoMembers(t *testing.T, opts func(member string) []franz.Option) {
 	if errs := sampler.Errs(); len(errs) > 0 {
 		t.Errorf("sampling committed offsets failed %d times, first: %v", len(errs), errs[0])
 	}
-	t.Logf("handled %d + %d records for %d; %d committed-offset changes sampled", la.count(), lb.count(), chunks*per, sampler.Changes())
-}
-
-// netSwitch is a franz-go Dialer whose connections can be cut: cut closes
-// every open connection and fails new dials until restore, so the member
-// can neither heartbeat nor commit, as if its host were partitioned away.
-type netSwitch struct {
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]bool
-}
-
-var errCut = errors.New("test: network cut")
-
-func (s *netSwitch) dial(ctx context.Context, network, host string) (net.Conn, error) {
-	s.mu.Lock()
-	down := s.down
-	s.mu.Unlock()
-	if down {
-		return nil, errCut
-	}
-	c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, host)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.down {
-		c.Close()
-		return nil, errCut
-	}
-	if s.conns == nil {
-		s.conns = map[net.Conn]bool{}
-	}
-	s.conns[c] = true
-	return c, nil
-}
-
-func (s *netSwitch) cut() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.down = true
-	for c := range s.conns {
-		c.Close()
-	}
-	clear(s.conns)
-}
-
-func (s *netSwitch) restore() {
-	s.mu.Lock()
-	s.down = false
-	s.mu.Unlock()
+	t.Logf("handled %d + %d records for %d; %d committed-offset changes sampled", l.CountBy("a"), l.CountBy("b"), chunks*per, sampler.Changes())
 }
 
 // TestFranzLost: a member is cut off the network (every connection closed,
@@ -293,9 +178,9 @@ func TestFranzLost(t *testing.T) {
 		cancelOK = map[runner.TP]bool{} // the blocked handler saw its ctx end before release
 		late     = map[runner.TP]bool{} // the blocked handler returned after release
 	)
-	la, lb := newFranzLedger(), newFranzLedger()
+	l := kafkatest.NewLedger()
 	hA := func(ctx context.Context, rec runner.Record) error {
-		la.add(rec)
+		l.Add("a", rec)
 		if rec.Offset != stuck {
 			return nil
 		}
@@ -333,7 +218,7 @@ func TestFranzLost(t *testing.T) {
 	// Records the first member never sees: a commit of its own progress
 	// after the loss would now move the committed offsets backward.
 	bed.Produce(t, topic, n, franzKey)
-	b := franzStart(t, group, topic, franzRecord(lb), nil)
+	b := franzStart(t, group, topic, l.Handler("b", nil), nil)
 	kafkatest.WaitFor(t, time.Minute, "the first member reports both partitions lost", func() bool { return len(a.Spy.LostAt()) == 2 })
 	kafkatest.WaitFor(t, time.Minute, "the second member commits the end offsets", offs.AtEnd(group, topic))
 	t.Logf("lost %v after the cut; the second member finished", time.Since(cutAt).Round(time.Millisecond))
@@ -385,8 +270,8 @@ func TestFranzLost(t *testing.T) {
 
 	a.Stop(t)
 	b.Stop(t)
-	if miss := franzMissing(topic, ends, la, lb); miss != "" {
-		t.Errorf("%s never handled", miss)
+	if err := l.AtLeastOnce(topic, ends); err != nil {
+		t.Error(err)
 	}
 	var ids []string
 	for _, m := range bed.Members(t, group) {

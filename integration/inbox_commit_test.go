@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/runner/runnertest"
@@ -407,7 +408,7 @@ func TestInboxSyncStandbyNeverAnswers(t *testing.T) {
 		return err
 	}), runner.OnAssign(s.AssignHook()), runner.Failure(runner.DeadLetter("t.dlq", 1, d)),
 		runner.HandlerTimeout(500*time.Millisecond), runner.Backoff(50*time.Millisecond, 200*time.Millisecond),
-		runner.CommitInterval(20*time.Millisecond), runner.Logger(quietLogger()))
+		runner.CommitInterval(20*time.Millisecond), runner.Logger(kafkatest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,13 +80,8 @@ func TestInboxDedupAnyBytes(t *testing.T) {
 	}
 	for _, batch := range []int{1, 8} {
 		t.Run(fmt.Sprint("batch ", batch), func(t *testing.T) {
-			pool := inboxDB(t)
+			pool, s, h := inboxDedupStore(t, batch)
 			ctx := context.Background()
-			s := inboxStore(t, pool, "g", inbox.DedupHeader("message-id"), inbox.Batch(batch))
-			for p := range int32(2) {
-				inboxTake(t, s, runner.TP{Topic: "t", Partition: p}, -1)
-			}
-			h := s.Handler(inboxEffect("a"))
 			off := int64(0)
 			for name, v := range values {
 				for _, p := range []int32{0, 0, 1} { // the value, again on the next offset, on another partition

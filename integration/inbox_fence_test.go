@@ -85,21 +85,10 @@ func inboxExactlyOnceNoOrder(t *testing.T, pool *pgxpool.Pool, n int) {
 	}
 }
 
-// inboxRowLockFence is the fence of schema version 1: the lease row FOR
-// SHARE at every isolation level. BenchmarkInboxFence puts it back to
-// compare.
-const inboxRowLockFence = `CREATE OR REPLACE FUNCTION tidemark_inbox_fence() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-	current bigint;
-BEGIN
-	SELECT l.epoch INTO current FROM tidemark_lease l
-	 WHERE l.group_id = NEW.group_id AND l.topic = NEW.topic AND l.partition = NEW.partition
-	   FOR SHARE;
-	IF current IS DISTINCT FROM NEW.epoch THEN
-		RAISE EXCEPTION USING ERRCODE = 'TM001', MESSAGE = 'fenced';
-	END IF;
-	RETURN NULL;
-END $$`
+// inboxRowLockFence is the fence of schema version 1 (inboxV1FenceBody):
+// the lease row FOR SHARE at every isolation level. BenchmarkInboxFence
+// puts it back to compare.
+const inboxRowLockFence = `CREATE OR REPLACE FUNCTION tidemark_inbox_fence() RETURNS trigger LANGUAGE plpgsql AS $fence$` + inboxV1FenceBody + `$fence$`
 
 // BenchmarkInboxFence measures the fence's cost: transactions per second
 // and multixacts per transaction, one record per transaction from 8

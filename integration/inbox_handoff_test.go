@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -20,12 +19,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 )
 
-// gapHeld is an old owner's handler: the inbox handler of s whose effect,
+// heldEffect is an old owner's handler: the inbox handler of s whose effect,
 // for the record at offset held of each partition, writes its row and then
 // waits for release before returning, and which records what the handler
 // returned for those records.
@@ -36,7 +36,7 @@ import (
 // A paused process (GC, SIGSTOP, a frozen VM) that resumes after the
 // handoff, or a COMMIT already on the wire when the loss is noticed, gets
 // there all the same: the fence in the database must refuse it on its own.
-type gapHeld struct {
+type heldEffect struct {
 	held    int64
 	release chan struct{}
 	inside  chan runner.TP // each partition's held record, once in its effect
@@ -45,11 +45,11 @@ type gapHeld struct {
 	errs map[int32]error // partition → the held record's handler result
 }
 
-func newGapHeld(held int64) *gapHeld {
-	return &gapHeld{held: held, release: make(chan struct{}), inside: make(chan runner.TP, 16), errs: map[int32]error{}}
+func newHeldEffect(held int64) *heldEffect {
+	return &heldEffect{held: held, release: make(chan struct{}), inside: make(chan runner.TP, 16), errs: map[int32]error{}}
 }
 
-func (g *gapHeld) handler(s *inbox.Store, owner string) runner.Handler {
+func (g *heldEffect) handler(s *inbox.Store, owner string) runner.Handler {
 	h := s.Handler(func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
 		if err := inboxEffect(owner)(ctx, tx, rec); err != nil {
 			return err
@@ -72,7 +72,7 @@ func (g *gapHeld) handler(s *inbox.Store, owner string) runner.Handler {
 }
 
 // free releases the held effects; later calls do nothing.
-func (g *gapHeld) free() {
+func (g *heldEffect) free() {
 	select {
 	case <-g.release:
 	default:
@@ -89,53 +89,12 @@ func waitLockWaiter(t *testing.T, pool *pgxpool.Pool) {
 		`SELECT least(count(*), 1) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`)
 }
 
-// kafkaCut is a franz-go Dialer whose connections can be cut: cut closes
-// every open connection and refuses new dials until restore.
-type kafkaCut struct {
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]bool
-}
-
-func (k *kafkaCut) dial(ctx context.Context, network, host string) (net.Conn, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.down {
-		return nil, errors.New("test: cut off from Kafka")
-	}
-	c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, host)
-	if err != nil {
-		return nil, err
-	}
-	if k.conns == nil {
-		k.conns = map[net.Conn]bool{}
-	}
-	k.conns[c] = true
-	return c, nil
-}
-
-func (k *kafkaCut) cut() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.down = true
-	for c := range k.conns {
-		c.Close()
-	}
-	clear(k.conns)
-}
-
-func (k *kafkaCut) restore() {
-	k.mu.Lock()
-	k.down = false
-	k.mu.Unlock()
-}
-
-// gapInboxFranz starts an inbox member over a franz Source in group,
+// startInboxFranz starts an inbox member over a franz Source in group,
 // wrapped by a spySource on log.
-func gapInboxFranz(t *testing.T, log *spyLog, name, group, topic string, s *inbox.Store, h runner.Handler, fopts []franz.Option, ropts ...runner.Option) *gapMember {
+func startInboxFranz(t *testing.T, log *spyLog, name, group, topic string, s *inbox.Store, h runner.Handler, fopts []franz.Option, ropts ...runner.Option) *kafkatest.Member {
 	t.Helper()
-	src := &spySource{Source: gapFranz(t, group, topic, fopts...), name: name, log: log}
-	return gapStart(t, name, src, topic, h, append([]runner.Option{
+	src := &spySource{Source: franzSource(t, group, topic, fopts...), name: name, log: log}
+	return runMember(t, name, src, topic, h, append([]runner.Option{
 		runner.OnAssign(s.AssignHook()), runner.Backoff(20*time.Millisecond, 500*time.Millisecond)}, ropts...)...)
 }
 
@@ -153,7 +112,7 @@ func gapInboxFranz(t *testing.T, log *spyLog, name, group, topic string, s *inbo
 // partition and no FencedError; a lease bump that did not wait, or a
 // replay filter that missed A's rows, leaves two effects for a record.
 func TestInboxHandoffRevoke(t *testing.T) {
-	gapNoLeaks(t)
+	noLeaks(t)
 	const n, keys, held = 600, 20, 50
 	pool := inboxDB(t)
 	topic, group := bed.Topic(t, 2), bed.Group(t)
@@ -162,12 +121,12 @@ func TestInboxHandoffRevoke(t *testing.T) {
 		t.Fatalf("partitions end at %v; both need a record at offset %d", ends, held)
 	}
 
-	g := newGapHeld(held)
+	g := newHeldEffect(held)
 	defer g.free() // let the members stop on a failure path
 	sa := inboxStore(t, pool, group, inbox.Owner("a"))
 	sb := inboxStore(t, pool, group, inbox.Owner("b"))
 	log := newSpyLog()
-	a := gapInboxFranz(t, log, "a", group, topic, sa, g.handler(sa, "a"), nil, runner.DrainBudget(time.Second))
+	a := startInboxFranz(t, log, "a", group, topic, sa, g.handler(sa, "a"), nil, runner.DrainBudget(time.Second))
 	for range 2 {
 		select {
 		case <-g.inside:
@@ -177,7 +136,7 @@ func TestInboxHandoffRevoke(t *testing.T) {
 	}
 	waitCommitted(t, group, topic, map[int32]int64{0: held, 1: held}, time.Minute)
 
-	b := gapInboxFranz(t, log, "b", group, topic, sb, sb.Handler(inboxEffect("b")), nil)
+	b := startInboxFranz(t, log, "b", group, topic, sb, sb.Handler(inboxEffect("b")), nil)
 	inboxWaitRows(t, pool, 1, time.Minute, "SELECT count(*) FROM tidemark_lease WHERE owner = 'b'")
 	var moved int32
 	if err := pool.QueryRow(context.Background(), "SELECT partition FROM tidemark_lease WHERE owner = 'b'").Scan(&moved); err != nil {
@@ -192,8 +151,8 @@ func TestInboxHandoffRevoke(t *testing.T) {
 	}
 	g.free()
 	waitCommitted(t, group, topic, bed.EndOffsets(t, topic), time.Minute)
-	b.stop(t)
-	a.stop(t)
+	b.Stop(t)
+	a.Stop(t)
 
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -226,22 +185,22 @@ func TestInboxHandoffRevoke(t *testing.T) {
 // effect and one inbox row, in key order. What breaking looks like is as in
 // TestInboxHandoffRevoke.
 func TestInboxHandoffLost(t *testing.T) {
-	gapNoLeaks(t)
+	noLeaks(t)
 	const n, keys, held = 200, 10, 50 // key-0 has offsets 0, 10, ...: 15 from 50 on
 	pool := inboxDB(t)
 	topic, group := bed.Topic(t, 1), bed.Group(t)
 	bed.Produce(t, topic, n, func(i int) string { return fmt.Sprintf("key-%d", i%keys) })
 
-	g := newGapHeld(held)
+	g := newHeldEffect(held)
 	defer g.free()
 	sa := inboxStore(t, pool, group, inbox.Owner("a"))
 	sb := inboxStore(t, pool, group, inbox.Owner("b"))
 	log := newSpyLog()
-	sw := &kafkaCut{}
+	sw := &netSwitch{}
 	defer sw.restore()
 	short := []franz.Option{franz.SessionTimeout(2 * time.Second), franz.HeartbeatInterval(200 * time.Millisecond),
 		franz.RebalanceTimeout(5 * time.Second)}
-	a := gapInboxFranz(t, log, "a", group, topic, sa, g.handler(sa, "a"),
+	a := startInboxFranz(t, log, "a", group, topic, sa, g.handler(sa, "a"),
 		append(short, franz.ClientOptions(kgo.Dialer(sw.dial))), runner.DrainBudget(time.Second))
 	select {
 	case <-g.inside:
@@ -250,8 +209,8 @@ func TestInboxHandoffLost(t *testing.T) {
 	}
 	inboxWaitRows(t, pool, n-15, time.Minute, "SELECT count(*) FROM effects")
 	waitCommitted(t, group, topic, map[int32]int64{0: held}, time.Minute)
-	b := gapInboxFranz(t, log, "b", group, topic, sb, sb.Handler(inboxEffect("b")), short)
-	gapWait(t, time.Minute, "B in the group", func() bool { return len(bed.Members(t, group)) == 2 })
+	b := startInboxFranz(t, log, "b", group, topic, sb, sb.Handler(inboxEffect("b")), short)
+	kafkatest.WaitFor(t, time.Minute, "B in the group", func() bool { return len(bed.Members(t, group)) == 2 })
 
 	sw.cut()
 	cutAt := time.Now()
@@ -261,7 +220,7 @@ func TestInboxHandoffLost(t *testing.T) {
 	if got := bed.Committed(t, group, topic)[0]; got != held {
 		t.Fatalf("committed %d while A's transaction held offset %d", got, held)
 	}
-	gapWait(t, 10*time.Second, "A reports the partition lost", func() bool {
+	kafkatest.WaitFor(t, 10*time.Second, "A reports the partition lost", func() bool {
 		log.mu.Lock()
 		defer log.mu.Unlock()
 		return log.lost["a"] > 0
@@ -269,8 +228,8 @@ func TestInboxHandoffLost(t *testing.T) {
 	g.free()
 	waitCommitted(t, group, topic, map[int32]int64{0: n}, time.Minute)
 	sw.restore()
-	a.stop(t)
-	b.stop(t)
+	a.Stop(t)
+	b.Stop(t)
 
 	g.mu.Lock()
 	err := g.errs[0]

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/kafkago"
@@ -27,7 +28,7 @@ import (
 // committed past an unfinished record, or whose new owner did not run the
 // assign hook first (lease and replay filter), fails it.
 func TestInboxKafkago(t *testing.T) {
-	gapNoLeaks(t)
+	noLeaks(t)
 	const n, partitions, keys = 3000, 3, 100
 	pool := inboxDB(t)
 	topic, group := bed.Topic(t, partitions), bed.Group(t)
@@ -40,15 +41,15 @@ func TestInboxKafkago(t *testing.T) {
 			return eff(ctx, tx, rec)
 		}
 	}
-	start := func(name string) *gapMember {
+	start := func(name string) *kafkatest.Member {
 		src, err := kafkago.New(bed.Kafka(t), group, []string{topic},
 			kafkago.SessionTimeout(6*time.Second), kafkago.RebalanceTimeout(10*time.Second),
-			kafkago.HeartbeatInterval(500*time.Millisecond), kafkago.Logger(quietLogger()))
+			kafkago.HeartbeatInterval(500*time.Millisecond), kafkago.Logger(kafkatest.Logger(t)))
 		if err != nil {
 			t.Fatalf("kafkago.New: %v", err)
 		}
 		s := inboxStore(t, pool, group, inbox.Owner(name))
-		return gapStart(t, name, src, topic, s.Handler(slow(name)), runner.OnAssign(s.AssignHook()),
+		return runMember(t, name, src, topic, s.Handler(slow(name)), runner.OnAssign(s.AssignHook()),
 			runner.Backoff(20*time.Millisecond, 500*time.Millisecond), runner.Concurrency(16))
 	}
 	m1 := start("m1")
@@ -56,9 +57,9 @@ func TestInboxKafkago(t *testing.T) {
 	m2 := start("m2")
 	inboxWaitRows(t, pool, 1, time.Minute, `SELECT least(count(*), 1) FROM effects WHERE owner = 'm2'`)
 	inboxWaitRows(t, pool, 1, time.Minute, `SELECT (count(*) >= $1)::int FROM effects`, 2*n/3)
-	m1.stop(t)
+	m1.Stop(t)
 	waitCommitted(t, group, topic, bed.EndOffsets(t, topic), time.Minute)
-	m2.stop(t)
+	m2.Stop(t)
 	inboxExactlyOnce(t, pool, n)
 	by := map[string]int64{}
 	for _, o := range []string{"m1", "m2"} {

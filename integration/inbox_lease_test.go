@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,43 +16,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
+	"github.com/tidemark/tidemark/internal/pgtrace"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 	"github.com/tidemark/tidemark/pkg/source/kafkago"
 )
-
-// inboxRoundTrips is a pgx tracer counting the requests a pool sends: each
-// query (Exec, Query, QueryRow, a transaction's BEGIN, COMMIT or ROLLBACK)
-// and each batch (a pipeline, sent at once) is one round trip, and so is
-// each statement pgx prepares before first using it on a connection.
-type inboxRoundTrips struct {
-	queries, batches, prepares atomic.Int64
-}
-
-func (r *inboxRoundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.queries.Add(1)
-	return ctx
-}
-func (r *inboxRoundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *inboxRoundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.batches.Add(1)
-	return ctx
-}
-func (r *inboxRoundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *inboxRoundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-func (r *inboxRoundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
-	r.prepares.Add(1)
-	return ctx
-}
-func (r *inboxRoundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
-
-// total is the round trips counted, prepares included.
-func (r *inboxRoundTrips) total() int64 {
-	return r.queries.Load() + r.batches.Load() + r.prepares.Load()
-}
-
-func (r *inboxRoundTrips) reset() { r.queries.Store(0); r.batches.Store(0); r.prepares.Store(0) }
 
 // inboxTracedPool is a pool like base (same database and search_path)
 // whose requests tr counts.
@@ -79,7 +48,7 @@ func TestInboxAssignHookOneRoundTrip(t *testing.T) {
 	const partitions = 12
 	ctx := context.Background()
 	base := inboxDB(t)
-	tr := &inboxRoundTrips{}
+	tr := &pgtrace.RoundTrips{}
 	pool := inboxTracedPool(t, base, 1, tr)
 	s := inboxStore(t, pool, "g")
 	as := make([]runner.Assignment, partitions)
@@ -98,14 +67,14 @@ func TestInboxAssignHookOneRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tr.reset()
+	tr.Reset()
 	filters, err := s.AssignHook()(ctx, as)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := tr.total(); n != 1 {
+	if n := tr.Total(); n != 1 {
 		t.Fatalf("an assignment of %d partitions took %d round trips (%d queries, %d batches, %d prepares), want 1",
-			partitions, n, tr.queries.Load(), tr.batches.Load(), tr.prepares.Load())
+			partitions, n, tr.Queries.Load(), tr.Batches.Load(), tr.Prepares.Load())
 	}
 	for p, f := range filters {
 		for off := int64(0); off < partitions; off++ {
@@ -135,7 +104,7 @@ func startInboxOwnerMember(t *testing.T, adapter, name, group, topic string, poo
 	var err error
 	switch adapter {
 	case "franz", "franz-kip848":
-		fopts := []franz.Option{franz.Logger(quietLogger()), franz.SessionTimeout(6 * time.Second), franz.RebalanceTimeout(6 * time.Second),
+		fopts := []franz.Option{franz.Logger(kafkatest.Logger(t)), franz.SessionTimeout(6 * time.Second), franz.RebalanceTimeout(6 * time.Second),
 			franz.HeartbeatInterval(500 * time.Millisecond)}
 		if adapter == "franz-kip848" {
 			fopts = append(fopts, franz.ServerSideAssignment())
@@ -145,7 +114,7 @@ func startInboxOwnerMember(t *testing.T, adapter, name, group, topic string, poo
 		src, coord = f, f
 	case "kafkago":
 		var k *kafkago.Source
-		k, err = kafkago.New(bed.Kafka(t), group, []string{topic}, kafkago.Logger(quietLogger()),
+		k, err = kafkago.New(bed.Kafka(t), group, []string{topic}, kafkago.Logger(kafkatest.Logger(t)),
 			kafkago.SessionTimeout(6*time.Second), kafkago.RebalanceTimeout(6*time.Second))
 		src, coord = k, k
 	}
@@ -154,7 +123,7 @@ func startInboxOwnerMember(t *testing.T, adapter, name, group, topic string, poo
 	}
 	s := inboxStore(t, pool, group, append([]inbox.Option{inbox.Owner(name), inbox.Owners(coord)}, opts...)...)
 	r, err := runner.New(src, runner.Handle(topic, s.Handler(inboxEffect(name))), runner.OnAssign(s.AssignHook()),
-		runner.Logger(quietLogger()), runner.CommitInterval(50*time.Millisecond), runner.Backoff(20*time.Millisecond, 200*time.Millisecond))
+		runner.Logger(kafkatest.Logger(t)), runner.CommitInterval(50*time.Millisecond), runner.Backoff(20*time.Millisecond, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +212,7 @@ func TestInboxOutageLeavesNoPartitionFenced(t *testing.T) {
 	key := func(i int) string { return fmt.Sprintf("key-%d", i%10) }
 	bed.Produce(t, topic, n1, key)
 
-	sw := &inboxSwitch{}
+	sw := &netSwitch{}
 	sw.refuse()
 	cfg := pool.Config().Copy()
 	cfg.ConnConfig.DialFunc = sw.dial

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -139,14 +138,7 @@ func TestInboxQueuedRoundTrips(t *testing.T) {
 		{"batch of 16 with callbacks", 16, true, 16, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			base := inboxDB(t)
-			tr := &inboxRoundTrips{}
-			pool := inboxTracedPool(t, base, 1, tr)
-			// A long BatchWait and a batch of exactly Batch records: the
-			// first waits for the others, and they go in one transaction.
-			s := inboxStore(t, pool, "g", inbox.Batch(tc.batch), inbox.BatchWait(time.Minute))
-			tp := runner.TP{Topic: "t", Partition: 0}
-			inboxTake(t, s, tp, -1)
+			base, s, tr := inboxTracedStore(t, tc.batch)
 			h := s.QueuedHandler(func(rec runner.Record, b *pgx.Batch) error {
 				q := b.Queue(`INSERT INTO effects (topic, partition, "offset", owner) VALUES ($1, $2, $3, 'q')`, rec.Topic, rec.Partition, rec.Offset)
 				if tc.callback {
@@ -161,23 +153,16 @@ func TestInboxQueuedRoundTrips(t *testing.T) {
 			})
 			run := func(from int64) {
 				t.Helper()
-				var recs []runner.Record
-				for i := range int64(tc.records) {
-					recs = append(recs, inboxRec("t", 0, from+i))
-				}
-				for i, err := range inboxApplyAll(h, recs) {
+				for i, err := range inboxApplyFrom(h, from, tc.records) {
 					if err != nil {
 						t.Fatalf("record %d: %v", i, err)
 					}
 				}
 			}
 			run(0) // prepares the statements on the connection
-			tr.reset()
+			tr.Reset()
 			run(1000)
-			if n := tr.total(); n != tc.want {
-				t.Fatalf("%d records took %d round trips (%d queries, %d batches, %d prepares), want %d",
-					tc.records, n, tr.queries.Load(), tr.batches.Load(), tr.prepares.Load(), tc.want)
-			}
+			inboxWantRoundTrips(t, tr, tc.records, tc.want)
 			if n := inboxCount(t, base, "SELECT count(*) FROM effects"); n != int64(2*tc.records) {
 				t.Fatalf("%d effects, want %d", n, 2*tc.records)
 			}

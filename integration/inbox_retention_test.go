@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
@@ -69,15 +70,15 @@ func TestInboxRetentionRemembersWhatItPruned(t *testing.T) {
 				var src runner.Source
 				var err error
 				if adapter == "franz" {
-					src, err = franz.New(bed.Kafka(t), group, []string{topic}, franz.Logger(quietLogger()))
+					src, err = franz.New(bed.Kafka(t), group, []string{topic}, franz.Logger(kafkatest.Logger(t)))
 				} else {
-					src, err = kafkago.New(bed.Kafka(t), group, []string{topic}, kafkago.Logger(quietLogger()))
+					src, err = kafkago.New(bed.Kafka(t), group, []string{topic}, kafkago.Logger(kafkatest.Logger(t)))
 				}
 				if err != nil {
 					t.Fatal(err)
 				}
 				r, err := runner.New(src, runner.Handle(topic, s.Handler(inboxEffect(name))), runner.OnAssign(s.AssignHook()),
-					runner.Logger(quietLogger()), runner.CommitInterval(50*time.Millisecond))
+					runner.Logger(kafkatest.Logger(t)), runner.CommitInterval(50*time.Millisecond))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 )
@@ -72,7 +73,7 @@ func TestInboxMigrateUnderRepeatableRead(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make([]error, 4)
 		for i := range errs {
-			wg.Go(func() { errs[i] = inbox.Migrate(context.Background(), pool, inbox.Logger(quietLogger())) })
+			wg.Go(func() { errs[i] = inbox.Migrate(context.Background(), pool, inbox.Logger(kafkatest.Logger(t))) })
 		}
 		wg.Wait()
 		for i, err := range errs {
@@ -101,7 +102,7 @@ func TestInboxSchemaNameCannotEndTheFenceBody(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			inboxSchemaNamed(t, admin, name)
 			pool := inboxPoolOn(t, 4, map[string]string{"check_function_bodies": "off"})
-			if err := inbox.Migrate(ctx, pool, inbox.Schema(name), inbox.Logger(quietLogger())); err != nil {
+			if err := inbox.Migrate(ctx, pool, inbox.Schema(name), inbox.Logger(kafkatest.Logger(t))); err != nil {
 				t.Fatalf("Migrate in schema %q: %v", name, err)
 			}
 			if n := inboxCount(t, admin, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'pwned'`, home); n != 0 {
@@ -276,18 +277,10 @@ func TestInboxFenceWhateverTheSession(t *testing.T) {
 // inboxSchemaV1 is schema version 1 as the first release created it, and
 // the statements its builds send, for the upgrade test.
 const (
-	inboxSchemaV1 = `
-CREATE TABLE tidemark_inbox_migrations (version integer PRIMARY KEY, description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());
-INSERT INTO tidemark_inbox_migrations (version, description) VALUES (1, 'inbox rows, partition leases, the commit-time fence');
-CREATE TABLE tidemark_lease (
-	group_id text NOT NULL, topic text NOT NULL, partition integer NOT NULL, epoch bigint NOT NULL,
-	owner text NOT NULL, acquired_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (group_id, topic, partition));
-CREATE TABLE tidemark_inbox (
-	group_id text NOT NULL, topic text NOT NULL, partition integer NOT NULL, "offset" bigint NOT NULL,
-	epoch bigint NOT NULL, dedup_key text, applied_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (group_id, topic, partition, "offset"));
-CREATE UNIQUE INDEX tidemark_inbox_dedup ON tidemark_inbox (group_id, dedup_key) WHERE dedup_key IS NOT NULL;
-CREATE FUNCTION tidemark_inbox_fence() RETURNS trigger LANGUAGE plpgsql AS $fence$
+	// inboxV1FenceBody is the body of version 1's fence function: the
+	// lease row FOR SHARE at every isolation level. BenchmarkInboxFence
+	// puts it back (inboxRowLockFence) to compare.
+	inboxV1FenceBody = `
 DECLARE
 	current bigint;
 BEGIN
@@ -299,7 +292,19 @@ BEGIN
 	END IF;
 	RETURN NULL;
 END
-$fence$;
+`
+	inboxSchemaV1 = `
+CREATE TABLE tidemark_inbox_migrations (version integer PRIMARY KEY, description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());
+INSERT INTO tidemark_inbox_migrations (version, description) VALUES (1, 'inbox rows, partition leases, the commit-time fence');
+CREATE TABLE tidemark_lease (
+	group_id text NOT NULL, topic text NOT NULL, partition integer NOT NULL, epoch bigint NOT NULL,
+	owner text NOT NULL, acquired_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (group_id, topic, partition));
+CREATE TABLE tidemark_inbox (
+	group_id text NOT NULL, topic text NOT NULL, partition integer NOT NULL, "offset" bigint NOT NULL,
+	epoch bigint NOT NULL, dedup_key text, applied_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (group_id, topic, partition, "offset"));
+CREATE UNIQUE INDEX tidemark_inbox_dedup ON tidemark_inbox (group_id, dedup_key) WHERE dedup_key IS NOT NULL;
+CREATE FUNCTION tidemark_inbox_fence() RETURNS trigger LANGUAGE plpgsql AS $fence$` + inboxV1FenceBody + `$fence$;
 CREATE CONSTRAINT TRIGGER tidemark_inbox_fence AFTER INSERT ON tidemark_inbox
 	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION tidemark_inbox_fence();`
 	inboxV1Bump = `INSERT INTO tidemark_lease AS l (group_id, topic, partition, epoch, owner, acquired_at)
@@ -361,7 +366,7 @@ func TestInboxUpgradeFromVersion1(t *testing.T) {
 	if !inboxV1Apply(t, pool, epoch, 1, "m-before") {
 		t.Fatal("version 1 could not apply its record")
 	}
-	if err := inbox.Migrate(ctx, pool, inbox.Logger(quietLogger())); err != nil {
+	if err := inbox.Migrate(ctx, pool, inbox.Logger(kafkatest.Logger(t))); err != nil {
 		t.Fatalf("Migrate from version 1: %v", err)
 	}
 	if !inboxV1Apply(t, pool, epoch, 2, "m-during") {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -26,6 +25,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
+	"github.com/tidemark/tidemark/internal/pgtrace"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
@@ -54,7 +55,7 @@ func inboxDB(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	pool := bed.PG(t)
 	ctx := context.Background()
-	if err := inbox.Migrate(ctx, pool, inbox.Logger(quietLogger())); err != nil {
+	if err := inbox.Migrate(ctx, pool, inbox.Logger(kafkatest.Logger(t))); err != nil {
 		t.Fatalf("inbox.Migrate: %v", err)
 	}
 	if _, err := pool.Exec(ctx, inboxEffectsDDL); err != nil {
@@ -65,7 +66,7 @@ func inboxDB(t testing.TB) *pgxpool.Pool {
 
 func inboxStore(t testing.TB, pool *pgxpool.Pool, group string, opts ...inbox.Option) *inbox.Store {
 	t.Helper()
-	s, err := inbox.New(pool, group, append([]inbox.Option{inbox.Logger(quietLogger())}, opts...)...)
+	s, err := inbox.New(pool, group, append([]inbox.Option{inbox.Logger(kafkatest.Logger(t))}, opts...)...)
 	if err != nil {
 		t.Fatalf("inbox.New: %v", err)
 	}
@@ -90,6 +91,20 @@ func inboxTake(t testing.TB, s *inbox.Store, tp runner.TP, start int64) runner.A
 		t.Fatalf("assign hook for %s: %v", tp, err)
 	}
 	return fs[0]
+}
+
+// inboxDedupStore is a fresh database, a Store of group g on it that
+// deduplicates by the message-id header with batch records to a
+// transaction and holds the leases of t/0 and t/1 from the start, and that
+// Store's handler of inboxEffect("a"): the dedup tests' set-up.
+func inboxDedupStore(t *testing.T, batch int) (*pgxpool.Pool, *inbox.Store, runner.Handler) {
+	t.Helper()
+	pool := inboxDB(t)
+	s := inboxStore(t, pool, "g", inbox.DedupHeader("message-id"), inbox.Batch(batch))
+	for p := range int32(2) {
+		inboxTake(t, s, runner.TP{Topic: "t", Partition: p}, -1)
+	}
+	return pool, s, s.Handler(inboxEffect("a"))
 }
 
 func inboxRec(topic string, partition int32, offset int64) runner.Record {
@@ -119,7 +134,7 @@ func TestInboxMigrateConcurrently(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = inbox.Migrate(ctx, pool, inbox.Logger(quietLogger()))
+			errs[i] = inbox.Migrate(ctx, pool, inbox.Logger(kafkatest.Logger(t)))
 		}()
 	}
 	wg.Wait()
@@ -307,6 +322,40 @@ func TestInboxEffectAndRowInOneTransaction(t *testing.T) {
 	}
 }
 
+// inboxTracedStore is the round-trip tests' set-up: a fresh database (base,
+// untraced, to count the effects on) and a Store of group g on a pool of
+// one connection that tr traces, holding the lease of t/0, with batch
+// records to a transaction and a long BatchWait: a batch of exactly batch
+// records waits for all of them and goes in one transaction.
+func inboxTracedStore(t *testing.T, batch int) (base *pgxpool.Pool, s *inbox.Store, tr *pgtrace.RoundTrips) {
+	t.Helper()
+	base = inboxDB(t)
+	tr = &pgtrace.RoundTrips{}
+	s = inboxStore(t, inboxTracedPool(t, base, 1, tr), "g", inbox.Batch(batch), inbox.BatchWait(time.Minute))
+	inboxTake(t, s, runner.TP{Topic: "t", Partition: 0}, -1)
+	return base, s, tr
+}
+
+// inboxApplyFrom runs h at once for n records of t/0 at offsets from,
+// from+1, ... and returns each one's result.
+func inboxApplyFrom(h runner.Handler, from int64, n int) []error {
+	recs := make([]runner.Record, n)
+	for i := range recs {
+		recs[i] = inboxRec("t", 0, from+int64(i))
+	}
+	return inboxApplyAll(h, recs)
+}
+
+// inboxWantRoundTrips fails t unless tr counted want round trips for the
+// records since its last Reset.
+func inboxWantRoundTrips(t *testing.T, tr *pgtrace.RoundTrips, records int, want int64) {
+	t.Helper()
+	if n := tr.Total(); n != want {
+		t.Fatalf("%d records took %d round trips (%d queries, %d batches, %d prepares), want %d",
+			records, n, tr.Queries.Load(), tr.Batches.Load(), tr.Prepares.Load(), want)
+	}
+}
+
 // TestInboxEffectRoundTrips: an Effect's record one per transaction costs
 // three round trips when applied — BEGIN with the claim, the effect's
 // statement, COMMIT — and two when it is a replay or its effect fails
@@ -329,14 +378,7 @@ func TestInboxEffectRoundTrips(t *testing.T) {
 		{"batch of 4", 4, 4, false, false, 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			base := inboxDB(t)
-			tr := &inboxRoundTrips{}
-			pool := inboxTracedPool(t, base, 1, tr)
-			// A long BatchWait and a batch of exactly Batch records: the
-			// first waits for the others, and they go in one transaction.
-			s := inboxStore(t, pool, "g", inbox.Batch(tc.batch), inbox.BatchWait(time.Minute))
-			tp := runner.TP{Topic: "t", Partition: 0}
-			inboxTake(t, s, tp, -1)
+			base, s, tr := inboxTracedStore(t, tc.batch)
 			var fail atomic.Bool
 			h := s.Handler(func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
 				if fail.Load() {
@@ -344,15 +386,7 @@ func TestInboxEffectRoundTrips(t *testing.T) {
 				}
 				return inboxEffect("a")(ctx, tx, rec)
 			})
-			run := func(from int64) []error {
-				t.Helper()
-				var recs []runner.Record
-				for i := range int64(tc.records) {
-					recs = append(recs, inboxRec("t", 0, from+i))
-				}
-				return inboxApplyAll(h, recs)
-			}
-			for i, err := range run(0) { // prepares the statements on the connection
+			for i, err := range inboxApplyFrom(h, 0, tc.records) { // prepares the statements on the connection
 				if err != nil {
 					t.Fatalf("record %d: %v", i, err)
 				}
@@ -362,16 +396,13 @@ func TestInboxEffectRoundTrips(t *testing.T) {
 				from = 0
 			}
 			fail.Store(tc.fail)
-			tr.reset()
-			for i, err := range run(from) {
+			tr.Reset()
+			for i, err := range inboxApplyFrom(h, from, tc.records) {
 				if (err != nil) != tc.fail {
 					t.Fatalf("record %d: %v, want an error: %v", i, err, tc.fail)
 				}
 			}
-			if n := tr.total(); n != tc.want {
-				t.Fatalf("%d records took %d round trips (%d queries, %d batches, %d prepares), want %d",
-					tc.records, n, tr.queries.Load(), tr.batches.Load(), tr.prepares.Load(), tc.want)
-			}
+			inboxWantRoundTrips(t, tr, tc.records, tc.want)
 			want := int64(2 * tc.records)
 			if tc.fail || tc.replay {
 				want = int64(tc.records)
@@ -392,13 +423,8 @@ func TestInboxEffectRoundTrips(t *testing.T) {
 func TestInboxDedupKey(t *testing.T) {
 	for _, batch := range []int{1, 8} {
 		t.Run(fmt.Sprint("batch ", batch), func(t *testing.T) {
-			pool := inboxDB(t)
+			pool, s, h := inboxDedupStore(t, batch)
 			ctx := context.Background()
-			s := inboxStore(t, pool, "g", inbox.DedupHeader("message-id"), inbox.Batch(batch))
-			for p := range int32(2) {
-				inboxTake(t, s, runner.TP{Topic: "t", Partition: p}, -1)
-			}
-			h := s.Handler(inboxEffect("a"))
 			withID := func(r runner.Record, id string) runner.Record {
 				r.Headers = []runner.Header{{Key: "message-id", Value: []byte(id)}}
 				return r
@@ -983,7 +1009,7 @@ func TestInboxBatch(t *testing.T) {
 
 // inboxMember starts a group member whose handler is s.Handler(fn) and whose
 // runner takes leases with s.AssignHook().
-func inboxMember(t *testing.T, name, group, topic string, s *inbox.Store, fn inbox.Effect, opts ...runner.Option) *member {
+func inboxMember(t *testing.T, name, group, topic string, s *inbox.Store, fn inbox.Effect, opts ...runner.Option) *kafkatest.Member {
 	t.Helper()
 	return startMember(t, name, group, topic, s.Handler(fn), append([]runner.Option{runner.OnAssign(s.AssignHook()),
 		runner.Backoff(20*time.Millisecond, 500*time.Millisecond)}, opts...)...)
@@ -994,12 +1020,7 @@ func inboxMember(t *testing.T, name, group, topic string, s *inbox.Store, fn inb
 // in offset order.
 func inboxExactlyOnce(t *testing.T, pool *pgxpool.Pool, n int) {
 	t.Helper()
-	effects := inboxCount(t, pool, "SELECT count(*) FROM effects")
-	distinct := inboxCount(t, pool, `SELECT count(*) FROM (SELECT DISTINCT partition, "offset" FROM effects) d`)
-	rows := inboxCount(t, pool, "SELECT count(*) FROM tidemark_inbox")
-	if effects != int64(n) || distinct != int64(n) || rows != int64(n) {
-		t.Fatalf("%d effects (%d distinct records) and %d inbox rows, want %d of each", effects, distinct, rows, n)
-	}
+	inboxExactlyOnceNoOrder(t, pool, n)
 	if back := inboxCount(t, pool, `SELECT count(*) FROM (
 		SELECT "offset" < lag("offset") OVER (PARTITION BY key ORDER BY id) AS back FROM effects) x WHERE back`); back != 0 {
 		t.Fatalf("%d effects landed before an earlier offset of their key", back)
@@ -1076,9 +1097,9 @@ func TestInboxEndToEnd(t *testing.T) {
 	m2 := inboxMember(t, "m2", group, topic, s2, slow("m2"), runner.Concurrency(64))
 	inboxWaitRows(t, pool, 1, time.Minute, `SELECT least(count(*), 1) FROM effects WHERE owner = 'm2'`)
 	inboxWaitRows(t, pool, 1, time.Minute, `SELECT (count(*) >= $1)::int FROM effects`, n/2)
-	m1.stop(t)
+	m1.Stop(t)
 	waitCommitted(t, group, topic, bed.EndOffsets(t, topic), 2*time.Minute)
-	m2.stop(t)
+	m2.Stop(t)
 	inboxExactlyOnce(t, pool, n)
 	byOwner := map[string]int64{}
 	for _, o := range []string{"m1", "m2"} {
@@ -1108,10 +1129,7 @@ func TestInboxCloseBeforeKafkaCommit(t *testing.T) {
 	s1 := inboxStore(t, pool, group)
 	m1 := inboxMember(t, "m1", group, topic, s1, inboxEffect("m1"), runner.CommitInterval(time.Hour))
 	inboxWaitRows(t, pool, n, time.Minute, "SELECT count(*) FROM effects")
-	m1.r.Close()
-	if err := <-m1.done; err != nil {
-		t.Fatalf("m1 Run after Close: %v", err)
-	}
+	m1.Close(t)
 	for p, off := range bed.Committed(t, group, topic) {
 		if off >= 0 {
 			t.Fatalf("partition %d committed %d before the test wanted any commit", p, off)
@@ -1125,7 +1143,7 @@ func TestInboxCloseBeforeKafkaCommit(t *testing.T) {
 		return inboxEffect("m2")(ctx, tx, rec)
 	})
 	waitCommitted(t, group, topic, bed.EndOffsets(t, topic), time.Minute)
-	m2.stop(t)
+	m2.Stop(t)
 	inboxExactlyOnce(t, pool, n)
 	if c := calls.Load(); c != 0 {
 		t.Fatalf("the effect ran %d times on the re-consumption, want 0", c)
@@ -1166,7 +1184,7 @@ func TestInboxReplay(t *testing.T) {
 		}))
 		waitCommitted(t, group, topic, bed.EndOffsets(t, topic), 3*time.Minute)
 		took := time.Since(time.Unix(0, first.Load()))
-		m.stop(t)
+		m.Stop(t)
 		return took, calls.Load(), s
 	}
 	applyT, calls, _ := pass("apply")
@@ -1229,12 +1247,12 @@ func TestInboxHelperProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	src, err := franz.New(bed.Kafka(t), group, []string{topic}, franz.InstanceID("inbox-crash"),
-		franz.SessionTimeout(6*time.Second), franz.HeartbeatInterval(500*time.Millisecond), franz.Logger(quietLogger()))
+		franz.SessionTimeout(6*time.Second), franz.HeartbeatInterval(500*time.Millisecond), franz.Logger(kafkatest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r, err := runner.New(src, runner.Handle(topic, s.Handler(inboxEffect(owner))), runner.OnAssign(s.AssignHook()),
-		runner.Concurrency(64), runner.CommitInterval(200*time.Millisecond), runner.Logger(quietLogger()),
+		runner.Concurrency(64), runner.CommitInterval(200*time.Millisecond), runner.Logger(kafkatest.Logger(t)),
 		runner.Backoff(20*time.Millisecond, 500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -1413,8 +1431,8 @@ func TestInboxZombie(t *testing.T) {
 	}
 	close(release)
 	waitCommitted(t, groupB, topic, bed.EndOffsets(t, topic), time.Minute)
-	mb.stop(t)
-	ma.stop(t)
+	mb.Stop(t)
+	ma.Stop(t)
 
 	mu.Lock()
 	heldErr := aErrs[held]
@@ -1467,7 +1485,7 @@ func inboxOutage(t *testing.T, batch int) {
 	group := bed.Group(t)
 	bed.Produce(t, topic, n, func(i int) string { return fmt.Sprintf("key-%d", i%300) })
 
-	sw := &inboxSwitch{}
+	sw := &netSwitch{}
 	app := "inbox-outage-" + fmt.Sprint(rand.Uint32())
 	cfg, err := pgxpool.ParseConfig(os.Getenv("TIDEMARK_PG_DSN"))
 	if err != nil {
@@ -1500,57 +1518,9 @@ func inboxOutage(t *testing.T, batch int) {
 	}
 	sw.restore()
 	waitCommitted(t, group, topic, bed.EndOffsets(t, topic), 2*time.Minute)
-	m.stop(t)
+	m.Stop(t)
 	inboxExactlyOnce(t, pool, n)
 	t.Logf("outage at %d of %d effects; %+v", during, n, s.Stats())
-}
-
-// inboxSwitch is a pgx DialFunc whose connections can be cut: refuse fails
-// new dials, cut also closes the open connections, restore lets dials
-// through again.
-type inboxSwitch struct {
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]bool
-}
-
-func (s *inboxSwitch) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.down {
-		return nil, errors.New("test: database unreachable")
-	}
-	c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	if s.conns == nil {
-		s.conns = map[net.Conn]bool{}
-	}
-	s.conns[c] = true
-	return c, nil
-}
-
-func (s *inboxSwitch) refuse() {
-	s.mu.Lock()
-	s.down = true
-	s.mu.Unlock()
-}
-
-func (s *inboxSwitch) cut() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.down = true
-	for c := range s.conns {
-		c.Close()
-	}
-	clear(s.conns)
-}
-
-func (s *inboxSwitch) restore() {
-	s.mu.Lock()
-	s.down = false
-	s.mu.Unlock()
 }
 
 // --- Benchmarks -------------------------------------------------------------
@@ -1690,12 +1660,12 @@ func BenchmarkInboxKafka(b *testing.B) {
 				s := inboxStore(b, pool, group, mode.opts...)
 				var first atomic.Int64
 				hook := s.AssignHook()
-				src, err := franz.New(bed.Kafka(b), group, []string{topic}, franz.Logger(quietLogger()))
+				src, err := franz.New(bed.Kafka(b), group, []string{topic}, franz.Logger(kafkatest.Logger(b)))
 				if err != nil {
 					b.Fatal(err)
 				}
 				r, err := runner.New(src, runner.Handle(topic, s.Handler(inboxEffect("bench"))), runner.Concurrency(256),
-					runner.Logger(quietLogger()), runner.OnAssign(func(ctx context.Context, as []runner.Assignment) ([]runner.Applied, error) {
+					runner.Logger(kafkatest.Logger(b)), runner.OnAssign(func(ctx context.Context, as []runner.Assignment) ([]runner.Applied, error) {
 						first.CompareAndSwap(0, time.Now().UnixNano())
 						return hook(ctx, as)
 					}))

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/kafkago"
 )
@@ -53,7 +54,7 @@ import (
 // the race detector, whose shadow memory is resident.
 func TestBoundedMemoryKafkago(t *testing.T) {
 	boundedMemory(t, func(t *testing.T, group, topic string) (runner.Source, func(t *testing.T)) {
-		src, err := kafkago.New(bed.Kafka(t), group, []string{topic}, kafkago.Logger(quietLogger()))
+		src, err := kafkago.New(bed.Kafka(t), group, []string{topic}, kafkago.Logger(kafkatest.Logger(t)))
 		if err != nil {
 			t.Fatal(err)
 		}

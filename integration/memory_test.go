@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 )
@@ -151,17 +152,31 @@ func (m *memSampler) sampleRSS() {
 func mib(n uint64) float64 { return float64(n) / (1 << 20) }
 
 // shapeWatch fails a test when the franz adapter reports records outside
-// the stated shape (it lowers its fetches and logs it once).
+// the stated shape (it lowers its fetches and logs it once, at warn). It
+// sees every record whatever the level of the handler it wraps, which gets
+// only those it is enabled for: a watch behind an error-level handler
+// would never see the warning.
 type shapeWatch struct {
 	slog.Handler
 	outside atomic.Bool
 }
 
+func (w *shapeWatch) Enabled(context.Context, slog.Level) bool { return true }
+
 func (w *shapeWatch) Handle(ctx context.Context, r slog.Record) error {
+	return watchShape(ctx, w.Handler, &w.outside, r)
+}
+
+// watchShape notes a report of records outside the stated shape in outside
+// and passes r on to h if h is enabled for its level.
+func watchShape(ctx context.Context, h slog.Handler, outside *atomic.Bool, r slog.Record) error {
 	if strings.Contains(r.Message, "than runner.RecordShape states") {
-		w.outside.Store(true)
+		outside.Store(true)
 	}
-	return w.Handler.Handle(ctx, r)
+	if !h.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handle(ctx, r)
 }
 
 func (w *shapeWatch) WithAttrs(as []slog.Attr) slog.Handler {
@@ -173,11 +188,10 @@ type shapeWatchAttrs struct {
 	w *shapeWatch
 }
 
+func (a *shapeWatchAttrs) Enabled(context.Context, slog.Level) bool { return true }
+
 func (a *shapeWatchAttrs) Handle(ctx context.Context, r slog.Record) error {
-	if strings.Contains(r.Message, "than runner.RecordShape states") {
-		a.w.outside.Store(true)
-	}
-	return a.Handler.Handle(ctx, r)
+	return watchShape(ctx, a.Handler, &a.w.outside, r)
 }
 
 func (a *shapeWatchAttrs) WithAttrs(as []slog.Attr) slog.Handler {
@@ -256,7 +270,7 @@ func TestFranzSourceMemory(t *testing.T) {
 	group := bed.Group(t)
 	checkShape(t, topic, produceShaped(t, topic, records))
 
-	watch := &shapeWatch{Handler: quietLogger().Handler()}
+	watch := &shapeWatch{Handler: kafkatest.Logger(t).Handler()}
 	// One broker: one fetch at a time, so k = 1 makes the bound tight.
 	src, err := franz.New(bed.Kafka(t), group, []string{topic}, franz.Logger(slog.New(watch)),
 		franz.ClientOptions(kgo.MaxConcurrentFetches(1)))
@@ -366,7 +380,7 @@ func TestFranzSourceMemory(t *testing.T) {
 // times that under the race detector, whose shadow memory is resident.
 func TestBoundedMemory(t *testing.T) {
 	boundedMemory(t, func(t *testing.T, group, topic string) (runner.Source, func(t *testing.T)) {
-		watch := &shapeWatch{Handler: quietLogger().Handler()}
+		watch := &shapeWatch{Handler: kafkatest.Logger(t).Handler()}
 		src, err := franz.New(bed.Kafka(t), group, []string{topic}, franz.Logger(slog.New(watch)))
 		if err != nil {
 			t.Fatal(err)
@@ -417,7 +431,7 @@ func boundedMemory(t *testing.T, newSource func(t *testing.T, group, topic strin
 				return nil
 			}), runner.Concurrency(32), runner.WaterMarks(tc.high, tc.low), runner.MaxBufferedBytes(byteCap),
 				runner.ByteWaterMarks(tc.highBytes, tc.highBytes/2), runner.RecordShape(tc.minRecord, 4),
-				runner.CommitInterval(10*time.Millisecond), runner.Logger(quietLogger()))
+				runner.CommitInterval(10*time.Millisecond), runner.Logger(kafkatest.Logger(t)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 )
 
@@ -30,7 +31,7 @@ import (
 // new owner start before the old one drained (or from the wrong offset),
 // breaks one of these.
 func TestPartitionOrderAcrossRebalance(t *testing.T) {
-	gapNoLeaks(t)
+	noLeaks(t)
 	const n, partitions = 8000, 4
 	topic, group := bed.Topic(t, partitions), bed.Group(t)
 	bed.Produce(t, topic, n, func(i int) string { return "key-" + strconv.Itoa(i%64) })
@@ -65,18 +66,18 @@ func TestPartitionOrderAcrossRebalance(t *testing.T) {
 		}
 	}
 	log := newSpyLog()
-	start := func(name string) *gapMember {
-		src := &spySource{Source: gapFranz(t, group, topic), name: name, log: log}
-		return gapStart(t, name, src, topic, h(name), runner.Order(runner.PartitionOrder), runner.Concurrency(8))
+	start := func(name string) *kafkatest.Member {
+		src := &spySource{Source: franzSource(t, group, topic), name: name, log: log}
+		return runMember(t, name, src, topic, h(name), runner.Order(runner.PartitionOrder), runner.Concurrency(8))
 	}
 	a := start("a")
-	gapWait(t, time.Minute, "a handles a tenth of the records", func() bool { return handled.Load() >= n/10 })
+	kafkatest.WaitFor(t, time.Minute, "a handles a tenth of the records", func() bool { return handled.Load() >= n/10 })
 	b := start("b")
-	gapWait(t, time.Minute, "b owns partitions", func() bool { return log.ownedBy("b") > 0 })
+	kafkatest.WaitFor(t, time.Minute, "b owns partitions", func() bool { return log.ownedBy("b") > 0 })
 	atJoin := handled.Load()
 	waitCommitted(t, group, topic, bed.EndOffsets(t, topic), time.Minute)
-	b.stop(t)
-	a.stop(t)
+	b.Stop(t)
+	a.Stop(t)
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -6,9 +6,7 @@ package integration_test
 // (invariant 9).
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,39 +19,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 )
-
-// syncBuffer is a bytes.Buffer safe for the runner's concurrent logging.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// lines decodes the JSON log lines written so far.
-func (s *syncBuffer) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	for _, line := range bytes.Split(bytes.TrimSpace(s.b.Bytes()), []byte("\n")) {
-		if len(line) == 0 {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal(line, &m); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // counter returns the total of an Int64 counter read from reader.
 func counter(t *testing.T, reader *metric.ManualReader, name string) int64 {
@@ -82,7 +50,7 @@ func counter(t *testing.T, reader *metric.ManualReader, name string) int64 {
 // that completed the record early (fewer attempts), silently (no log line
 // or count), or not at all (the commit stuck at the record) fails it.
 func TestSkipOnBroker(t *testing.T) {
-	gapNoLeaks(t)
+	noLeaks(t)
 	const n, poison = 20, 7
 	topic, group := bed.Topic(t, 1), bed.Group(t)
 	bed.Produce(t, topic, n, func(i int) string { return "k" + strconv.Itoa(i) })
@@ -98,16 +66,16 @@ func TestSkipOnBroker(t *testing.T) {
 		}
 		return nil
 	}
-	var logs syncBuffer
+	var logs kafkatest.LogBuffer
 	reader := metric.NewManualReader()
 	provider := metric.NewMeterProvider(metric.WithReader(reader))
 	defer provider.Shutdown(context.Background()) //nolint:errcheck
-	m := gapStart(t, "m", gapFranz(t, group, topic), topic, h,
+	m := runMember(t, "m", franzSource(t, group, topic), topic, h,
 		runner.Failure(runner.Skip(3)), runner.Backoff(5*time.Millisecond, 20*time.Millisecond),
-		runner.Logger(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))),
+		runner.Logger(logs.Logger(slog.LevelWarn)),
 		runner.MeterProvider(provider))
 	waitCommitted(t, group, topic, map[int32]int64{0: n}, time.Minute)
-	m.stop(t)
+	m.Stop(t)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -125,13 +93,13 @@ func TestSkipOnBroker(t *testing.T) {
 	}
 	rec := fmt.Sprintf("%s/0@%d", topic, poison)
 	var skipped []map[string]any
-	for _, l := range logs.lines(t) {
+	for _, l := range logs.Lines(t) {
 		if l["record"] == rec && l["msg"] == "record skipped after its last attempt" {
 			skipped = append(skipped, l)
 		}
 	}
 	if len(skipped) != 1 {
-		t.Fatalf("%d log lines say %s was skipped, want 1; log:\n%s", len(skipped), rec, logs.b.String())
+		t.Fatalf("%d log lines say %s was skipped, want 1; log:\n%s", len(skipped), rec, logs.String())
 	}
 	l := skipped[0]
 	if l["level"] != "ERROR" || l["attempts"] != float64(3) || !containsAll(fmt.Sprint(l["err"]), "cannot handle this one") {
@@ -147,7 +115,7 @@ func TestSkipOnBroker(t *testing.T) {
 // that completed the record instead of retrying it, or a commit that moved
 // past the running attempt fails it.
 func TestHandlerTimeoutOnBroker(t *testing.T) {
-	gapNoLeaks(t)
+	noLeaks(t)
 	const n, slow, timeout = 10, 3, 1500 * time.Millisecond
 	topic, group := bed.Topic(t, 1), bed.Group(t)
 	bed.Produce(t, topic, n, func(i int) string { return "k" + strconv.Itoa(i) })
@@ -181,7 +149,7 @@ func TestHandlerTimeoutOnBroker(t *testing.T) {
 		mu.Unlock()
 		return ctx.Err()
 	}
-	m := gapStart(t, "m", gapFranz(t, group, topic), topic, h,
+	m := runMember(t, "m", franzSource(t, group, topic), topic, h,
 		runner.HandlerTimeout(timeout), runner.Backoff(5*time.Millisecond, 20*time.Millisecond))
 	<-inFirst
 	began := time.Now()
@@ -193,7 +161,7 @@ func TestHandlerTimeoutOnBroker(t *testing.T) {
 		t.Fatalf("the first attempt ended (after %v) before the commit reached %d: too slow to check that the commit waited", time.Since(began), slow)
 	}
 	waitCommitted(t, group, topic, map[int32]int64{0: n}, time.Minute)
-	m.stop(t)
+	m.Stop(t)
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -74,7 +74,7 @@ func TestPoisonBlocksOnlyItsKey(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}, runner.Backoff(10*time.Millisecond, 50*time.Millisecond))
-	defer m.stop(t)
+	defer m.Stop(t)
 
 	end := bed.EndOffsets(t, topic)
 	deadline := time.Now().Add(time.Minute)
@@ -134,7 +134,7 @@ func TestPanicGoesToDeadLetter(t *testing.T) {
 		}
 		return nil
 	}, runner.Failure(runner.DeadLetter(dlq, 3, nil)), runner.Backoff(5*time.Millisecond, 10*time.Millisecond))
-	defer m.stop(t)
+	defer m.Stop(t)
 	waitCommitted(t, group, topic, map[int32]int64{0: 10}, 30*time.Second)
 
 	rd := bed.Client(t, kgo.ConsumeTopics(dlq), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))

@@ -60,7 +60,7 @@ func BenchmarkShareThroughput(b *testing.B) {
 				return benchShare(b, group, topic, share.Sessions(16), share.MaxPollRecords(128))
 			}, []runner.Option{runner.Failure(runner.Skip(3))}},
 			{"group-franz", func(b *testing.B, group, topic string) runner.Source {
-				src, err := franz.New(bed.Kafka(b), group, []string{topic}, franz.Logger(quietLogger()))
+				src, err := franz.New(bed.Kafka(b), group, []string{topic}, franz.Logger(kafkatest.Logger(b)))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -88,7 +88,7 @@ func BenchmarkShareThroughput(b *testing.B) {
 							last.Store(time.Now().UnixNano())
 							return nil
 						}),
-						runner.Concurrency(64), runner.Logger(quietLogger()),
+						runner.Concurrency(64), runner.Logger(kafkatest.Logger(b)),
 					}, sc.opts...)...)
 					if err != nil {
 						b.Fatal(err)
@@ -114,7 +114,7 @@ func BenchmarkShareThroughput(b *testing.B) {
 func benchShare(b *testing.B, group, topic string, opts ...share.Option) *share.Source {
 	b.Helper()
 	src, err := share.New(bed.Kafka(b), group, []string{topic}, append([]share.Option{
-		share.GroupConfig("share.auto.offset.reset", "earliest"), share.Logger(quietLogger()),
+		share.GroupConfig("share.auto.offset.reset", "earliest"), share.Logger(kafkatest.Logger(b)),
 	}, opts...)...)
 	if err != nil {
 		b.Fatal(err)

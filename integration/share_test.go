@@ -360,7 +360,7 @@ func TestShareRenewLongHandler(t *testing.T) {
 // the ones that never started — instead of accepting them: another member
 // gets every one of them, with delivery count 2.
 func TestShareShutdownReleases(t *testing.T) {
-	gapNoLeaks(t) // and no goroutine of either member outlives it
+	noLeaks(t) // and no goroutine of either member outlives it
 	const n, held = 30, 10
 	topic, group := bed.Topic(t, 1), bed.Name(t, "share")
 	bed.Produce(t, topic, n, nil)

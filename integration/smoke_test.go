@@ -22,6 +22,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/kafkatest"
+	"github.com/tidemark/tidemark/pkg/runner"
 )
 
 const (
@@ -33,49 +35,40 @@ const (
 
 func smokeKey(i int) string { return fmt.Sprintf("key-%03d", i%smokeKeys) }
 
-// ledger checks records as a consumer receives them: each produced value
-// exactly once, with the key it was produced with, every key on one
-// partition and in produce order.
-type ledger struct {
-	t       testing.TB
-	seen    []bool
-	count   int
-	lastOf  map[string]int   // key → last value seen
-	partOf  map[string]int32 // key → partition it arrived on
-	offsets map[int32]int64  // partition → last offset seen
+// smokeRecorder returns a func that keeps what a plain consumer got in l
+// and fails the test at once on a record that was not produced so: its
+// value is not an index below smokeRecords, that index came before, or its
+// key is not the one the index was produced with. Which offsets came, how
+// often and in what order, smokeDelivered checks.
+func smokeRecorder(t testing.TB, l *kafkatest.Ledger) func(topic string, partition int32, offset int64, key, value []byte) {
+	seen := make([]bool, smokeRecords)
+	return func(topic string, partition int32, offset int64, key, value []byte) {
+		t.Helper()
+		i, err := strconv.Atoi(string(value))
+		if err != nil || i < 0 || i >= len(seen) {
+			t.Fatalf("p%d@%d: value %q is not a produced index", partition, offset, value)
+		}
+		if seen[i] {
+			t.Fatalf("p%d@%d: value %d delivered twice", partition, offset, i)
+		}
+		seen[i] = true
+		if k, want := string(key), smokeKey(i); k != want {
+			t.Fatalf("p%d@%d: value %d has key %q, produced with %q", partition, offset, i, k, want)
+		}
+		l.Add("", runner.Record{Topic: topic, Partition: partition, Offset: offset, Key: key, Value: value})
+	}
 }
 
-func newLedger(t testing.TB, n int) *ledger {
-	return &ledger{t: t, seen: make([]bool, n), lastOf: map[string]int{}, partOf: map[string]int32{}, offsets: map[int32]int64{}}
-}
-
-func (l *ledger) add(partition int32, offset int64, key, value []byte) {
-	l.t.Helper()
-	i, err := strconv.Atoi(string(value))
-	if err != nil || i < 0 || i >= len(l.seen) {
-		l.t.Fatalf("p%d@%d: value %q is not a produced index", partition, offset, value)
+// smokeDelivered checks what l holds of topic: every offset below the end
+// delivered once, each partition's offsets in order, and each key on one
+// partition in offset (so produce) order.
+func smokeDelivered(t *testing.T, l *kafkatest.Ledger, topic string) {
+	t.Helper()
+	for _, err := range []error{l.ExactlyOnce(topic, bed.EndOffsets(t, topic)), l.PartitionOrder(), l.KeyOrder()} {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	if l.seen[i] {
-		l.t.Fatalf("p%d@%d: value %d delivered twice", partition, offset, i)
-	}
-	l.seen[i] = true
-	l.count++
-	k := string(key)
-	if want := smokeKey(i); k != want {
-		l.t.Fatalf("p%d@%d: value %d has key %q, produced with %q", partition, offset, i, k, want)
-	}
-	if last, ok := l.lastOf[k]; ok && last > i {
-		l.t.Fatalf("p%d@%d: key %s: value %d after %d, out of produce order", partition, offset, k, i, last)
-	}
-	l.lastOf[k] = i
-	if p, ok := l.partOf[k]; ok && p != partition {
-		l.t.Fatalf("key %s arrived on partitions %d and %d", k, p, partition)
-	}
-	l.partOf[k] = partition
-	if last, ok := l.offsets[partition]; ok && offset <= last {
-		l.t.Fatalf("p%d: offset %d after %d", partition, offset, last)
-	}
-	l.offsets[partition] = offset
 }
 
 func timeout(t testing.TB, d time.Duration) context.Context {
@@ -119,16 +112,17 @@ func TestFranzGroupRoundTrip(t *testing.T) {
 		kgo.FetchMaxWait(200*time.Millisecond),
 	)
 	ctx := timeout(t, smokeTimeout)
-	l := newLedger(t, smokeRecords)
-	for l.count < smokeRecords {
+	l := kafkatest.NewLedger()
+	add := smokeRecorder(t, l)
+	for l.Count() < smokeRecords {
 		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			t.Fatalf("consumed %d of %d records before the deadline", l.count, smokeRecords)
+			t.Fatalf("consumed %d of %d records before the deadline", l.Count(), smokeRecords)
 		}
 		if err := fetches.Err(); err != nil {
 			t.Fatalf("poll: %v", err)
 		}
-		fetches.EachRecord(func(r *kgo.Record) { l.add(r.Partition, r.Offset, r.Key, r.Value) })
+		fetches.EachRecord(func(r *kgo.Record) { add(r.Topic, r.Partition, r.Offset, r.Key, r.Value) })
 		if err := cl.CommitRecords(ctx, fetches.Records()...); err != nil {
 			t.Fatalf("commit: %v", err)
 		}
@@ -141,6 +135,7 @@ func TestFranzGroupRoundTrip(t *testing.T) {
 	if got, want := members[0].Assigned[topic], []int32{0, 1, 2, 3, 4, 5}; !slices.Equal(got, want) {
 		t.Fatalf("the only member is assigned %v of %s, want %v", got, topic, want)
 	}
+	smokeDelivered(t, l, topic)
 	assertCommittedAtEnd(t, group, topic, smokeRecords)
 
 	cl.Close() // leaves the group
@@ -176,22 +171,24 @@ func TestKafkaGoGroupRoundTrip(t *testing.T) {
 	})
 
 	ctx := timeout(t, smokeTimeout)
-	l := newLedger(t, smokeRecords)
+	l := kafkatest.NewLedger()
+	add := smokeRecorder(t, l)
 	var batch []kafkago.Message
-	for l.count < smokeRecords {
+	for l.Count() < smokeRecords {
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
-			t.Fatalf("fetch after %d of %d records: %v", l.count, smokeRecords, err)
+			t.Fatalf("fetch after %d of %d records: %v", l.Count(), smokeRecords, err)
 		}
-		l.add(int32(m.Partition), m.Offset, m.Key, m.Value)
+		add(m.Topic, int32(m.Partition), m.Offset, m.Key, m.Value)
 		batch = append(batch, m)
-		if len(batch) == 500 || l.count == smokeRecords {
+		if len(batch) == 500 || l.Count() == smokeRecords {
 			if err := r.CommitMessages(ctx, batch...); err != nil {
 				t.Fatalf("commit: %v", err)
 			}
 			batch = batch[:0]
 		}
 	}
+	smokeDelivered(t, l, topic)
 	assertCommittedAtEnd(t, group, topic, smokeRecords)
 
 	closed = true

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/tidemark/tidemark/internal/pgtrace"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -204,7 +205,7 @@ func runSequential(ctx context.Context, spec childSpec, m *meter) error {
 // each its own transaction (autocommit), from poolConns connections at
 // once, the row shaped like the inbox workload's effect.
 func runInsertLoop(ctx context.Context, spec childSpec, m *meter) error {
-	m.rt = &roundTrips{}
+	m.rt = &pgtrace.RoundTrips{}
 	pool, err := openTracedPool(ctx, spec.DSN, spec.Schema, m.rt)
 	if err != nil {
 		return err

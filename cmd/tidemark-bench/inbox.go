@@ -2,8 +2,9 @@ package main
 
 // The inbox workload's own parts: a PostgreSQL server of the bench's own
 // that keeps its promises (fsync and synchronous_commit on, its data
-// directory on disk), what pg_test_fsync says of that disk, and a pgx
-// tracer that counts the round trips each inbox mode costs per record.
+// directory on disk), what pg_test_fsync says of that disk, and a pool
+// whose round trips internal/pgtrace counts, for what each inbox mode
+// costs per record.
 
 import (
 	"context"
@@ -16,13 +17,13 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tidemark/tidemark/internal/pgtrace"
 	"github.com/tidemark/tidemark/pkg/runner"
 )
 
@@ -224,30 +225,8 @@ func serverSettings(ctx context.Context, dsn string) (map[string]string, error) 
 	return out, nil
 }
 
-// roundTrips is a pgx tracer that counts the requests a pool sends, each a
-// round trip: a query (a transaction's BEGIN, COMMIT and ROLLBACK too), a
-// batch (one pipeline), and a statement prepared on first use.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-func (r *roundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
-
 // openTracedPool is openPool with tr counting its round trips.
-func openTracedPool(ctx context.Context, dsn, schema string, tr *roundTrips) (*pgxpool.Pool, error) {
+func openTracedPool(ctx context.Context, dsn, schema string, tr *pgtrace.RoundTrips) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, errors.New("the PostgreSQL connection string is not valid")

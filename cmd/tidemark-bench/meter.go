@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tidemark/tidemark/internal/pgtrace"
 )
 
 // The stamp a live run's producer writes at the head of a record's value.
@@ -43,8 +45,8 @@ type meter struct {
 	latMu sync.Mutex
 	lat   []time.Duration
 
-	perTx float64     // set by the inbox consumer as it ends
-	rt    *roundTrips // the PostgreSQL consumers' round trips, or nil
+	perTx float64             // set by the inbox consumer as it ends
+	rt    *pgtrace.RoundTrips // the PostgreSQL consumers' round trips, or nil
 
 	fetch, fetchEnd *fetchSettings // the franz-go client's, when it has one
 }
@@ -140,7 +142,7 @@ func (m *meter) result() childResult {
 	r := childResult{Records: int(m.records), Seconds: m.end.Sub(m.first).Seconds(), WindowCPU: (m.endCPU - m.firstCPU).Seconds(),
 		PerTransaction: m.perTx, Fetch: m.fetch, FetchEnd: m.fetchEnd}
 	if m.rt != nil {
-		r.RoundTrips = m.rt.n.Load()
+		r.RoundTrips = m.rt.Total()
 	}
 	m.latMu.Lock()
 	defer m.latMu.Unlock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tidemark/tidemark/internal/pgtrace"
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
@@ -86,7 +87,7 @@ func runTidemark(ctx context.Context, spec childSpec, m *meter) error {
 	}
 	var h runner.Handler
 	if spec.Handler == "inbox" {
-		m.rt = &roundTrips{}
+		m.rt = &pgtrace.RoundTrips{}
 		pool, err := openTracedPool(ctx, spec.DSN, spec.Schema, m.rt)
 		if err != nil {
 			return err

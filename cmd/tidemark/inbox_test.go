@@ -1,8 +1,6 @@
 package main_test
 
 import (
-	"bytes"
-	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -43,24 +41,9 @@ func TestInboxMigrateArguments(t *testing.T) {
 			if tt.name == "bad dsn from the environment" {
 				cmd.Env = append(cmd.Env, "TIDEMARK_PG_DSN=postgres://u:secret@[::1")
 			}
-			var out, errOut bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errOut
-			err := cmd.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if code != tt.code {
-				t.Fatalf("exit %d, want %d (stderr %q)", code, tt.code, errOut.String())
-			}
-			if !strings.Contains(out.String(), tt.stdout) || !strings.Contains(errOut.String(), tt.stderr) {
-				t.Errorf("stdout %q\nstderr %q\nwant %q and %q", out.String(), errOut.String(), tt.stdout, tt.stderr)
-			}
-			if strings.Contains(errOut.String(), "secret") {
-				t.Errorf("the password of the DSN is in the output: %q", errOut.String())
+			errOut := runExpect(t, cmd, tt.code, tt.stdout, tt.stderr)
+			if strings.Contains(errOut, "secret") {
+				t.Errorf("the password of the DSN is in the output: %q", errOut)
 			}
 		})
 	}

@@ -53,22 +53,30 @@ func TestExitStatus(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cmd := exec.Command(bin, tt.args...)
 			cmd.Stdin = strings.NewReader(tt.stdin)
-			var out, errOut bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errOut
-			err := cmd.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if code != tt.code {
-				t.Fatalf("exit %d, want %d (stderr %q)", code, tt.code, errOut.String())
-			}
-			if !strings.Contains(out.String(), tt.stdout) || !strings.Contains(errOut.String(), tt.stderr) {
-				t.Errorf("stdout %q\nstderr %q\nwant %q and %q", out.String(), errOut.String(), tt.stdout, tt.stderr)
-			}
+			runExpect(t, cmd, tt.code, tt.stdout, tt.stderr)
 		})
 	}
+}
+
+// runExpect runs cmd and fails t unless it exits with code and its stdout
+// and stderr contain the substrings stdout and stderr. It returns stderr.
+func runExpect(t *testing.T, cmd *exec.Cmd, code int, stdout, stderr string) string {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	got := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		got = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if got != code {
+		t.Fatalf("exit %d, want %d (stderr %q)", got, code, errOut.String())
+	}
+	if !strings.Contains(out.String(), stdout) || !strings.Contains(errOut.String(), stderr) {
+		t.Errorf("stdout %q\nstderr %q\nwant %q and %q", out.String(), errOut.String(), stdout, stderr)
+	}
+	return errOut.String()
 }

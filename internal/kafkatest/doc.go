@@ -4,7 +4,8 @@
 // and reads end and committed offsets through kadm; a Sampler that watches
 // a group's committed offsets for one going backward; a Spy that records
 // the ownership a Source reports to its runner; a Member that runs a
-// runner over a spied Source; the quiet test Logger; and WaitFor.
+// runner over a spied Source; a Ledger of the records handled, by whom
+// and how often; the test Logger; and WaitFor.
 //
 // What a caller must know:
 //

@@ -2,6 +2,8 @@ package kafkatest_test
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +126,115 @@ func TestRunnable(t *testing.T) {
 			if gotW != wantW || gotL != wantL {
 				t.Errorf("%T, %s: a DeadLetterWriter %v, FetchLimiter %v; want %v, %v", src, what, gotW, gotL, wantW, wantL)
 			}
+		}
+	}
+}
+
+func rec(p int32, off int64, key string) runner.Record {
+	return runner.Record{Topic: "t", Partition: p, Offset: off, Key: []byte(key)}
+}
+
+// TestLedger: each check passes on the handlings it allows and names the
+// first it does not.
+func TestLedger(t *testing.T) {
+	ends := kafkatest.Uniform(2, 2)
+	fill := func(recs ...runner.Record) *kafkatest.Ledger {
+		l := kafkatest.NewLedger()
+		for _, r := range recs {
+			l.Add("a", r)
+		}
+		return l
+	}
+	once := []runner.Record{rec(0, 0, "x"), rec(1, 0, "y"), rec(0, 1, "x"), rec(1, 1, "y")}
+	tests := []struct {
+		name                       string
+		l                          *kafkatest.Ledger
+		exactly, atLeast, key, ord string // "" passes, else a part of the error
+	}{
+		{"each once in order", fill(once...), "", "", "", ""},
+		{"a repeat", fill(append(once, rec(0, 1, "x"))...), "t/0@1 handled 2 times", "", `key "x": t/0@1 handled after offset 1`, "t/0: offset 1 handled after 1"},
+		{"a gap", fill(once[:3]...), "t/1@1 handled 0 times", "t/1@1 handled 0 times", "", ""},
+		{"past the end", fill(append(once, rec(1, 2, "y"))...), "t/1@2 handled, past the end 2", "", "", ""},
+		{"a key on two partitions", fill(rec(0, 0, "x"), rec(1, 0, "x"), rec(0, 1, "z"), rec(1, 1, "y")), "", "", `key "x" handled on t/0 and t/1`, ""},
+		{"out of order", fill(rec(0, 1, "x"), rec(0, 0, "x"), rec(1, 0, "y"), rec(1, 1, "y")), "", "", `key "x": t/0@0 handled after offset 1`, "t/0: offset 0 handled after 1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for what, c := range map[string]struct {
+				err  error
+				want string
+			}{
+				"ExactlyOnce":    {tc.l.ExactlyOnce("t", ends), tc.exactly},
+				"AtLeastOnce":    {tc.l.AtLeastOnce("t", ends), tc.atLeast},
+				"KeyOrder":       {tc.l.KeyOrder(), tc.key},
+				"PartitionOrder": {tc.l.PartitionOrder(), tc.ord},
+			} {
+				switch {
+				case c.want == "" && c.err != nil:
+					t.Errorf("%s: %v, want nil", what, c.err)
+				case c.want != "" && (c.err == nil || !strings.Contains(c.err.Error(), c.want)):
+					t.Errorf("%s: %v, want an error with %q", what, c.err, c.want)
+				}
+			}
+		})
+	}
+}
+
+// TestLedgerHandler: the handler counts by member and partition, running
+// while the wrapped handler runs and completed only when it returns nil.
+func TestLedgerHandler(t *testing.T) {
+	l := kafkatest.NewLedger()
+	var runningInside int
+	fail := errors.New("fail")
+	h := l.Handler("a", func(_ context.Context, r runner.Record) error {
+		runningInside = l.Running("a")
+		if r.Offset == 1 {
+			return fail
+		}
+		return nil
+	})
+	for off := range int64(3) {
+		if err := h(context.Background(), rec(0, off, "")); (err != nil) != (off == 1) {
+			t.Fatalf("offset %d: handler returned %v", off, err)
+		}
+	}
+	if err := l.Handler("b", nil)(context.Background(), rec(0, 1, "")); err != nil {
+		t.Fatal(err)
+	}
+	tp := runner.TP{Topic: "t", Partition: 0}
+	switch {
+	case runningInside != 1 || l.Running("a") != 0:
+		t.Errorf("running %d inside the handler and %d after, want 1 and 0", runningInside, l.Running("a"))
+	case l.Count() != 4 || l.CountBy("a") != 3 || l.CountBy("b") != 1:
+		t.Errorf("counts %d, a %d, b %d; want 4, 3, 1", l.Count(), l.CountBy("a"), l.CountBy("b"))
+	case l.Completed(tp) != 3:
+		t.Errorf("%d completed, want 3 (the failed call is not)", l.Completed(tp))
+	case !slices.Equal(l.HandledBy(tp, 1), []string{"a", "b"}) || !slices.Equal(l.Offsets(tp), []int64{0, 1, 2}):
+		t.Errorf("offset 1 handled by %v, offsets %v", l.HandledBy(tp, 1), l.Offsets(tp))
+	}
+}
+
+// TestLedgerValues: ValuesOnce names a value not wanted, a repeat and a
+// value never handled.
+func TestLedgerValues(t *testing.T) {
+	want := map[string]bool{"a": true, "b": true, "x": false}
+	for _, tc := range []struct {
+		values []string
+		err    string
+	}{
+		{[]string{"b", "a"}, ""},
+		{[]string{"a", "b", "x"}, `value "x" handled 1 times, want none`},
+		{[]string{"a", "b", "c"}, `value "c" handled 1 times, want none`},
+		{[]string{"a", "b", "a"}, `value "a" handled 2 times, want once`},
+		{[]string{"a"}, `value "b" never handled`},
+	} {
+		l := kafkatest.NewLedger()
+		for i, v := range tc.values {
+			l.Add("", runner.Record{Topic: "t", Offset: int64(i), Value: []byte(v)})
+		}
+		err := l.ValuesOnce(want)
+		if (tc.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("values %q: %v, want %q", tc.values, err, tc.err)
 		}
 	}
 }

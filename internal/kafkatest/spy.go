@@ -1,10 +1,8 @@
 package kafkatest
 
 import (
-	"cmp"
 	"context"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -80,9 +78,7 @@ func (s *Spy) Owned() []runner.TP {
 	for tp := range s.owned {
 		out = append(out, tp)
 	}
-	slices.SortFunc(out, func(a, b runner.TP) int {
-		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
-	})
+	slices.SortFunc(out, compareTP)
 	return out
 }
 
@@ -202,8 +198,8 @@ func Start(t testing.TB, name string, src runner.Source, budget time.Duration, o
 }
 
 // Stop shuts the member down gracefully within its budget and fails the
-// test (t.Errorf) if Shutdown or Run returns an error. Later calls do
-// nothing.
+// test (t.Errorf) if Shutdown or Run returns an error. Later calls, and
+// Close, do nothing.
 func (m *Member) Stop(t testing.TB) {
 	t.Helper()
 	m.stopped.Do(func() {
@@ -211,6 +207,21 @@ func (m *Member) Stop(t testing.TB) {
 		defer cancel()
 		if err := m.Runner.Shutdown(ctx); err != nil {
 			t.Errorf("%sShutdown: %v", prefix(m.name), err)
+		}
+		if err := <-m.done; err != nil {
+			t.Errorf("%sRun: %v", prefix(m.name), err)
+		}
+	})
+}
+
+// Close closes the member's runner at once (runner.Close: no drain, no
+// final commit) and fails the test (t.Errorf) if Close or Run returns an
+// error. Later calls, and Stop, do nothing.
+func (m *Member) Close(t testing.TB) {
+	t.Helper()
+	m.stopped.Do(func() {
+		if err := m.Runner.Close(); err != nil {
+			t.Errorf("%sClose: %v", prefix(m.name), err)
 		}
 		if err := <-m.done; err != nil {
 			t.Errorf("%sRun: %v", prefix(m.name), err)

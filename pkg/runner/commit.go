@@ -16,11 +16,11 @@ type commitReq struct {
 	took     time.Duration
 }
 
-func (r *Runner) newCommit(deadline time.Time) *commitReq {
-	r.pendingBuf = r.table.Pending(r.pendingBuf[:0])
+func (s *pollState) newCommit(deadline time.Time) *commitReq {
+	s.pendingBuf = s.table.Pending(s.pendingBuf[:0])
 	c := &commitReq{deadline: deadline}
-	if len(r.pendingBuf) > 0 {
-		c.commits = append([]rebalance.Commit(nil), r.pendingBuf...)
+	if len(s.pendingBuf) > 0 {
+		c.commits = append([]rebalance.Commit(nil), s.pendingBuf...)
 		c.offsets = make([]Offset, len(c.commits))
 		for i, pc := range c.commits {
 			c.offsets[i] = Offset{TP: pc.TP, Offset: pc.Offset}
@@ -29,45 +29,46 @@ func (r *Runner) newCommit(deadline time.Time) *commitReq {
 	return c
 }
 
-func (r *Runner) send(c *commitReq) {
-	r.committing = c
-	r.commitReq <- c // capacity 1 and at most one in flight: never blocks
+// send puts c in the actions, for the committer, and marks it in flight.
+func (s *pollState) send(c *commitReq) {
+	s.committing = c
+	s.acts.commit = c
 }
 
-// tick runs every commit interval: an asynchronous commit of the safe
-// offsets and a refresh of the stats the probes and gauges read.
-func (r *Runner) tick() {
-	r.publishStats()
-	r.trimMemory()
-	if r.committing != nil || r.stopping {
+// tick runs every commit interval, after the refresh of the stats the
+// probes and gauges read (publishStats): the memory's trimming and an
+// asynchronous commit of the safe offsets.
+func (s *pollState) tick() {
+	s.trimMemory()
+	if s.committing != nil || s.stopping {
 		return
 	}
-	c := r.newCommit(time.Time{})
+	c := s.newCommit(time.Time{})
 	if len(c.offsets) > 0 {
-		r.send(c)
+		s.send(c)
 	}
 }
 
-func (r *Runner) onCommitted(c *commitReq) {
-	r.committing = nil
-	for _, reply := range r.afterCommit {
-		reply <- sinkReply{}
+func (s *pollState) onCommitted(c *commitReq) {
+	s.committing = nil
+	for _, ch := range s.afterCommit {
+		s.acts.replies = append(s.acts.replies, reply{to: ch})
 	}
-	r.afterCommit = r.afterCommit[:0]
-	r.tel.commitLatency.Record(context.Background(), c.took.Seconds())
+	s.afterCommit = s.afterCommit[:0]
+	s.tel.commitLatency.Record(context.Background(), c.took.Seconds())
 	if c.err != nil {
-		r.tel.commitFailures.Add(context.Background(), 1)
+		s.tel.commitFailures.Add(context.Background(), 1)
 		if len(c.drains) > 0 {
-			r.log.Error("final commit failed; the records after the last acknowledged offsets will be delivered again", "err", c.err, "partitions", len(c.commits))
+			s.log.Error("final commit failed; the records after the last acknowledged offsets will be delivered again", "err", c.err, "partitions", len(c.commits))
 		} else {
-			r.log.Warn("commit failed; the next commit sends the newest safe offsets", "err", c.err, "partitions", len(c.commits))
+			s.log.Warn("commit failed; the next commit sends the newest safe offsets", "err", c.err, "partitions", len(c.commits))
 		}
 		for _, pc := range c.commits {
-			r.table.CommitFailed(pc)
+			s.table.CommitFailed(pc)
 		}
 	} else {
 		for _, pc := range c.commits {
-			r.table.Committed(pc)
+			s.table.Committed(pc)
 		}
 	}
 	if len(c.drains) > 0 {
@@ -75,9 +76,9 @@ func (r *Runner) onCommitted(c *commitReq) {
 		if c.err != nil {
 			err = &FinalCommitError{Err: c.err}
 		}
-		r.finishDrains(c.drains, err)
+		s.finishDrains(c.drains, err)
 	}
-	r.finalCommit()
+	s.finalCommit()
 }
 
 // committer is the one goroutine that calls Source.Commit, one request at a

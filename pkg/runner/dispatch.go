@@ -4,32 +4,31 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
-	"time"
 
 	"github.com/tidemark/tidemark/pkg/rebalance"
 )
 
-func (r *Runner) deliver(b *Batch) {
-	ps := r.parts[b.TP]
+func (s *pollState) deliver(b *Batch) {
+	ps := s.parts[b.TP]
 	if ps == nil || ps.revoking {
 		// Sources must not deliver for partitions they did not assign or
 		// are revoking; dropping is safe because nothing was recorded.
-		r.log.Warn("records for a partition not owned; dropped", "partition", b.TP.String(), "records", len(b.Records))
+		s.log.Warn("records for a partition not owned; dropped", "partition", b.TP.String(), "records", len(b.Records))
 		return
 	}
-	h := r.cfg.handlers[b.TP.Topic]
-	now := time.Now()
+	h := s.cfg.handlers[b.TP.Topic]
+	now := s.now()
 	for i := range b.Records {
 		rec := &b.Records[i]
-		if err := r.track(ps, rec.Offset); err != nil {
+		if err := s.track(ps, rec.Offset); err != nil {
 			// A redelivered or out-of-order offset: the first delivery is
 			// tracked, so this copy is dropped, loudly.
-			r.log.Warn("record delivered out of order; dropped", "record", rec.String(), "err", err)
-			r.tel.outOfOrder.Add(context.Background(), 1)
+			s.log.Warn("record delivered out of order; dropped", "record", rec.String(), "err", err)
+			s.tel.outOfOrder.Add(context.Background(), 1)
 			continue
 		}
-		t := r.newTask()
-		t.size = copyRecord(&t.rec, rec) + r.overhead
+		t := s.newTask()
+		t.size = copyRecord(&t.rec, rec) + s.overhead
 		t.handler = h
 		t.ps = ps
 		t.epoch = ps.epoch
@@ -37,25 +36,25 @@ func (r *Runner) deliver(b *Batch) {
 		ps.link(t)
 		ps.count++
 		ps.bytes += t.size
-		r.totalCount++
-		r.totalBytes += t.size
-		r.countPeak = max(r.countPeak, r.totalCount)
+		s.totalCount++
+		s.totalBytes += t.size
+		s.countPeak = max(s.countPeak, s.totalCount)
 		if h == nil {
 			// No handler for this topic: fail loudly through the policy
 			// rather than skip silently.
 			t.handler = noHandler
 		}
-		r.enqueue(ps, t)
+		s.enqueue(ps, t)
 	}
-	r.setRing(ps)
+	s.setRing(ps)
 	if b.HighWatermark > ps.hwm {
 		ps.hwm = b.HighWatermark
 	}
 	if b.Position > ps.pendingPos {
 		ps.pendingPos = b.Position
-		r.applyPosition(ps)
+		s.applyPosition(ps)
 	}
-	r.checkFlow(ps)
+	s.checkFlow(ps)
 }
 
 func noHandler(_ context.Context, rec Record) error {
@@ -64,20 +63,20 @@ func noHandler(_ context.Context, rec Record) error {
 
 // enqueue puts t in its lane, or straight into the ready queue when its lane
 // is idle or it has none.
-func (r *Runner) enqueue(ps *partState, t *task) {
+func (s *pollState) enqueue(ps *partState, t *task) {
 	var l *lane
-	switch r.cfg.ordering {
+	switch s.cfg.ordering {
 	case KeyOrder:
 		if t.rec.Key != nil {
-			h := maphash.Bytes(r.keySeed, t.rec.Key)
+			h := maphash.Bytes(s.keySeed, t.rec.Key)
 			l = ps.lanes[h]
 			switch {
 			case l == nil:
-				l = r.newLane(ps, h)
+				l = s.newLane(ps, h)
 				ps.lanes[h] = l
 				ps.lanePeak = max(ps.lanePeak, len(ps.lanes))
 			case !l.busy:
-				r.unlinkIdle(l) // the key came back while its lane was cached
+				s.unlinkIdle(l) // the key came back while its lane was cached
 			}
 		}
 	case PartitionOrder:
@@ -85,7 +84,7 @@ func (r *Runner) enqueue(ps *partState, t *task) {
 	}
 	t.lane = l
 	if l == nil {
-		r.ready.push(t)
+		s.ready.push(t)
 		return
 	}
 	if l.busy {
@@ -93,26 +92,26 @@ func (r *Runner) enqueue(ps *partState, t *task) {
 		return
 	}
 	l.busy = true
-	r.ready.push(t)
+	s.ready.push(t)
 }
 
-// dispatch moves ready tasks to the workers' queue while fewer than
-// Concurrency tasks are queued or running.
-func (r *Runner) dispatch() {
+// dispatch moves ready tasks to the actions' work, for the workers' queue,
+// while fewer than Concurrency tasks are queued or running.
+func (s *pollState) dispatch() {
 	var head, tail *task
 	n := 0
-	for r.inflight < r.cfg.concurrency {
-		t := r.ready.pop()
+	for s.inflight < s.cfg.concurrency {
+		t := s.ready.pop()
 		if t == nil {
 			break
 		}
 		if t.dropped {
-			r.freeTask(t)
+			s.freeTask(t)
 			continue
 		}
 		t.started = true
 		t.ps.inflight++
-		r.inflight++
+		s.inflight++
 		if head == nil {
 			head = t
 		} else {
@@ -122,36 +121,36 @@ func (r *Runner) dispatch() {
 		n++
 	}
 	if n > 0 {
-		r.workq.push(head, tail, n)
+		s.acts.work.add(head, tail, n)
 	}
 }
 
-// onFinished takes back every task the workers finished since last time.
-func (r *Runner) onFinished() {
-	for t := r.doneq.take(); t != nil; {
+// onFinished takes back the finished tasks linked from t through nextQ.
+func (s *pollState) onFinished(t *task) {
+	for t != nil {
 		next := t.nextQ
-		r.onDone(t)
+		s.onDone(t)
 		t = next
 	}
 }
 
 // onDone takes a finished task back from a worker.
-func (r *Runner) onDone(t *task) {
+func (s *pollState) onDone(t *task) {
 	ps := t.ps
-	r.inflight--
+	s.inflight--
 	ps.inflight--
 	ps.count--
 	ps.bytes -= t.size
-	r.totalCount--
-	r.totalBytes -= t.size
+	s.totalCount--
+	s.totalBytes -= t.size
 	ps.unlink(t)
 
-	if !r.settleDone(t) && t.res != resCancelled && t.res != resFenced {
+	if !s.settleDone(t) && t.res != resCancelled && t.res != resFenced {
 		switch ps.p.Complete(t.epoch, t.rec.Offset) {
 		case rebalance.Advanced:
-			r.applyPosition(ps)
+			s.applyPosition(ps)
 		case rebalance.OldAssignment, rebalance.NotOwner:
-			r.tel.stale.Add(context.Background(), 1)
+			s.tel.stale.Add(context.Background(), 1)
 		}
 	}
 	if t.res == resFenced && !ps.closed && (ps.fencedOff < 0 || t.rec.Offset < ps.fencedOff) {
@@ -170,34 +169,34 @@ func (r *Runner) onDone(t *task) {
 			if !l.held {
 				l.held = true
 				ps.held++
-				r.heldBytes += laneCharge
+				s.heldBytes += laneCharge
 			}
 		} else if next := l.waiting.pop(); next != nil {
-			r.ready.push(next)
+			s.ready.push(next)
 		} else {
 			l.busy = false
-			if r.cfg.ordering == KeyOrder {
+			if s.cfg.ordering == KeyOrder {
 				// An idle key lane stays in the map, a cache for a key
 				// that comes back, as long as the idle lanes fit.
-				r.pushIdle(l)
-				r.fitIdle()
+				s.pushIdle(l)
+				s.fitIdle()
 			}
 		}
 	}
-	r.freeTask(t)
+	s.freeTask(t)
 	if !ps.closed {
-		r.checkFlow(ps)
+		s.checkFlow(ps)
 	} else {
-		r.checkGlobal()
+		s.checkGlobal()
 	}
 	if ps.revoking && ps.inflight == 0 {
-		r.checkDrains()
+		s.checkDrains()
 	}
 }
 
 // applyPosition moves the safe offset to the fetch position once nothing
 // delivered is outstanding, so lag reaches zero past control records.
-func (r *Runner) applyPosition(ps *partState) {
+func (s *pollState) applyPosition(ps *partState) {
 	if ps.pendingPos < 0 || ps.p.Tracker().Outstanding() > 0 {
 		return
 	}

@@ -15,22 +15,24 @@ type drain struct {
 	// commitBy bounds the final commit (Shutdown's deadline); zero: only
 	// CommitTimeout does.
 	commitBy time.Time
-	ctxDone  <-chan struct{}
-	reply    chan error // nil for a shutdown
-	stop     bool
-	ready    bool // drained or out of time: waiting for its final commit
+	// untilCtx is set on a shutdown's drain that ends with Shutdown's ctx
+	// too, and ctxEnded once that ctx ended (shutdownEnded).
+	untilCtx, ctxEnded bool
+	reply              chan error // nil for a shutdown
+	stop               bool
+	ready              bool // drained or out of time: waiting for its final commit
 }
 
 // stopDispatch starts a partition's drain: records that have not started are
 // dropped (they will be replayed by the next owner), in-flight ones go on.
-func (r *Runner) stopDispatch(ps *partState) {
+func (s *pollState) stopDispatch(ps *partState) {
 	ps.revoking = true
 	ps.draining.Store(true)
 	for _, l := range ps.lanes {
-		r.dropWaiting(ps, l)
+		s.dropWaiting(ps, l)
 	}
 	if ps.lane != nil {
-		r.dropWaiting(ps, ps.lane)
+		s.dropWaiting(ps, ps.lane)
 	}
 	for t := ps.oldest; t != nil; {
 		next := t.next
@@ -38,81 +40,75 @@ func (r *Runner) stopDispatch(ps *partState) {
 			// In the ready queue: mark it; dispatch frees it. Its lane
 			// has nothing else (what waited in it was dropped above): it
 			// is idle, like the lane of a record that finished.
-			r.drop(ps, t)
+			s.drop(ps, t)
 			if l := t.lane; l != nil && !l.held {
 				l.busy = false
-				if r.cfg.ordering == KeyOrder {
-					r.pushIdle(l)
+				if s.cfg.ordering == KeyOrder {
+					s.pushIdle(l)
 				}
 			}
 		}
 		t = next
 	}
-	r.fitIdle()
+	s.fitIdle()
 	if ps.paused {
 		ps.paused = false
-		r.flowDirty = append(r.flowDirty, ps)
+		s.flowDirty = append(s.flowDirty, ps)
 	}
-	r.setBand(ps)
-	r.checkGlobal()
+	s.setBand(ps)
+	s.checkGlobal()
 }
 
-func (r *Runner) dropWaiting(ps *partState, l *lane) {
+func (s *pollState) dropWaiting(ps *partState, l *lane) {
 	for t := l.waiting.pop(); t != nil; t = l.waiting.pop() {
-		r.drop(ps, t)
-		r.freeTask(t)
+		s.drop(ps, t)
+		s.freeTask(t)
 	}
 }
 
-func (r *Runner) drop(ps *partState, t *task) {
-	r.settleDropped(t)
+func (s *pollState) drop(ps *partState, t *task) {
+	s.settleDropped(t)
 	t.dropped = true
 	ps.unlink(t)
 	ps.count--
 	ps.bytes -= t.size
-	r.totalCount--
-	r.totalBytes -= t.size
+	s.totalCount--
+	s.totalBytes -= t.size
 }
 
 // beginStop starts a graceful stop: a drain of every partition until
-// deadline (zero: none) or until ctxDone, then a final commit bounded by
-// commitBy (zero: CommitTimeout alone).
-func (r *Runner) beginStop(deadline, commitBy time.Time, ctxDone <-chan struct{}) {
-	if r.stopping {
+// deadline (zero: none) or, if untilCtx, until Shutdown's ctx ends
+// (shutdownEnded), then a final commit bounded by commitBy (zero:
+// CommitTimeout alone).
+func (s *pollState) beginStop(deadline, commitBy time.Time, untilCtx bool) {
+	if s.stopping {
 		return
 	}
-	r.stopping = true
-	r.log.Info("stopping: draining in-flight handlers", "partitions", len(r.parts), "in_flight", r.inflight, "deadline", deadline)
-	d := &drain{deadline: deadline, commitBy: commitBy, ctxDone: ctxDone, stop: true}
-	for _, ps := range r.parts {
+	s.stopping = true
+	s.log.Info("stopping: draining in-flight handlers", "partitions", len(s.parts), "in_flight", s.inflight, "deadline", deadline)
+	d := &drain{deadline: deadline, commitBy: commitBy, untilCtx: untilCtx, stop: true}
+	for _, ps := range s.parts {
 		// A partition already draining for a revoke joins the stop drain
 		// too: the stop must not end before that revoke's handlers did.
 		d.parts = append(d.parts, ps)
 		if !ps.revoking {
-			r.stopDispatch(ps)
+			s.stopDispatch(ps)
 		}
 	}
-	r.drains = append(r.drains, d)
-	r.checkDrains()
+	s.drains = append(s.drains, d)
+	s.checkDrains()
 }
 
 // checkDrains marks drains whose partitions are idle (or whose time is up)
 // ready, and starts the final commit when the committer is free.
-func (r *Runner) checkDrains() {
-	now := time.Now()
+func (s *pollState) checkDrains() {
+	now := s.now()
 	var next time.Time
-	for _, d := range r.drains {
+	for _, d := range s.drains {
 		if d.ready {
 			continue
 		}
-		expired := !d.deadline.IsZero() && !now.Before(d.deadline)
-		if d.ctxDone != nil {
-			select {
-			case <-d.ctxDone:
-				expired = true
-			default:
-			}
-		}
+		expired := !d.deadline.IsZero() && !now.Before(d.deadline) || d.ctxEnded
 		idle := true
 		for _, ps := range d.parts {
 			if !ps.closed && ps.inflight > 0 {
@@ -129,20 +125,31 @@ func (r *Runner) checkDrains() {
 		}
 	}
 	if !next.IsZero() {
-		r.drainTimer.Reset(time.Until(next))
+		s.acts.drainAt = next
 	}
-	r.finalCommit()
+	s.finalCommit()
+}
+
+// shutdownEnded ends the drain of a shutdown whose ctx ended: its time is
+// up.
+func (s *pollState) shutdownEnded() {
+	for _, d := range s.drains {
+		if d.untilCtx {
+			d.ctxEnded = true
+		}
+	}
+	s.checkDrains()
 }
 
 // finalCommit sends one synchronous commit for every ready drain once no
 // other commit is in flight (commits are sequenced, one at a time).
-func (r *Runner) finalCommit() {
-	if r.committing != nil {
+func (s *pollState) finalCommit() {
+	if s.committing != nil {
 		return
 	}
 	var ready []*drain
-	rest := r.drains[:0]
-	for _, d := range r.drains {
+	rest := s.drains[:0]
+	for _, d := range s.drains {
 		if d.ready {
 			ready = append(ready, d)
 		} else {
@@ -152,7 +159,7 @@ func (r *Runner) finalCommit() {
 	if len(ready) == 0 {
 		return
 	}
-	r.drains = rest
+	s.drains = rest
 	// The drain's time may be up: the final commit gets its own
 	// CommitTimeout, within what is left of Shutdown's budget.
 	var by time.Time
@@ -161,19 +168,19 @@ func (r *Runner) finalCommit() {
 			by = d.commitBy
 		}
 	}
-	c := r.newCommit(by)
+	c := s.newCommit(by)
 	c.drains = ready
 	if len(c.offsets) == 0 {
-		r.finishDrains(ready, nil)
+		s.finishDrains(ready, nil)
 		return
 	}
-	r.send(c)
+	s.send(c)
 }
 
 // finishDrains ends drains after their final commit, ending the epochs of
 // their partitions and answering the source; commitErr is that commit's
 // failure, reported with each drain's result.
-func (r *Runner) finishDrains(ds []*drain, commitErr error) {
+func (s *pollState) finishDrains(ds []*drain, commitErr error) {
 	for _, d := range ds {
 		unfinished := map[TP]int64{}
 		for _, ps := range d.parts {
@@ -184,26 +191,26 @@ func (r *Runner) finishDrains(ds []*drain, commitErr error) {
 			if ps.inflight > 0 {
 				unfinished[tp] = ps.p.Safe()
 			}
-			final, _ := r.table.Revoke(tp)
+			final, _ := s.table.Revoke(tp)
 			ps.closed = true
 			ps.cancel()
-			r.release(ps)
-			delete(r.parts, tp)
-			r.log.Info("partition revoked", "partition", tp.String(), "epoch", uint64(ps.epoch), "safe", final, "acknowledged", ps.p.Acknowledged(), "unfinished", ps.inflight)
+			s.release(ps)
+			delete(s.parts, tp)
+			s.log.Info("partition revoked", "partition", tp.String(), "epoch", uint64(ps.epoch), "safe", final, "acknowledged", ps.p.Acknowledged(), "unfinished", ps.inflight)
 		}
 		var err error
 		if len(unfinished) > 0 {
 			err = &DrainError{Unfinished: unfinished}
-			r.log.Warn("drain budget ran out", "err", err)
+			s.log.Warn("drain budget ran out", "err", err)
 		}
 		if commitErr != nil {
 			err = errors.Join(err, commitErr)
 		}
 		if d.stop {
-			r.drainErr = err
-			r.finished = true
+			s.drainErr = err
+			s.finished = true
 		} else {
-			d.reply <- err
+			s.acts.replies = append(s.acts.replies, reply{toErr: d.reply, rep: sinkReply{err: err}})
 		}
 	}
 }

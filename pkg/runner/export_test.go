@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"context"
 	"fmt"
 )
 
@@ -11,17 +10,15 @@ import (
 
 // AssignForTest sets up assignments as the poll goroutine does on Assigned.
 func AssignForTest(r *Runner, tps []TP) {
-	if r.handlerCtx == nil {
-		r.handlerCtx = context.Background()
-	}
 	for _, tp := range tps {
-		r.assign(Assignment{TP: tp, Start: 0, Generation: NoGeneration}, nil)
+		r.poll.assign(Assignment{TP: tp, Start: 0, Generation: NoGeneration}, nil)
 	}
-	r.flushFlow()
+	r.poll.flushFlow()
+	r.carryOut(&r.poll.acts)
 }
 
 // BudgetForTest returns what Sink.Fetched would return.
-func BudgetForTest(r *Runner) int { return r.budget() }
+func BudgetForTest(r *Runner) int { return r.poll.budget() }
 
 // PublishStatsForTest refreshes the Stats snapshot, as every tick does.
 func PublishStatsForTest(r *Runner) { r.publishStats() }
@@ -32,25 +29,26 @@ var TaskAllocForTest, LaneAllocForTest = taskAlloc, laneAlloc
 // DeliverForTest hands b to the runner as Sink.Fetched does (without
 // dispatching it).
 func DeliverForTest(r *Runner, b Batch) {
-	r.deliver(&b)
-	r.fitFree()
-	r.flushFlow()
+	r.poll.deliver(&b)
+	r.poll.fitFree()
+	r.poll.flushFlow()
+	r.carryOut(&r.poll.acts)
 }
 
 // ExactBudgetForTest is the budget computed by scanning every partition:
 // the least room of an unpaused partition, at most high minus low.
 func ExactBudgetForTest(r *Runner) int {
-	b := r.cfg.highRecords - r.cfg.lowRecords
-	for _, ps := range r.parts {
+	b := r.poll.cfg.highRecords - r.poll.cfg.lowRecords
+	for _, ps := range r.poll.parts {
 		if !ps.paused && !ps.revoking {
-			b = min(b, r.room(ps))
+			b = min(b, r.poll.room(ps))
 		}
 	}
 	return max(b, 1)
 }
 
 // PollChunkForTest is the least room an unpaused partition keeps.
-func PollChunkForTest(r *Runner) int { return r.pollChunk() }
+func PollChunkForTest(r *Runner) int { return r.poll.pollChunk() }
 
 // CompleteForTest takes up to n ready records and completes them as a
 // worker would, except those stuck reports true for, which go back to the
@@ -59,12 +57,12 @@ func CompleteForTest(r *Runner, n int, stuck func(Record) bool) int {
 	done := 0
 	var back queue
 	for range n {
-		t := r.ready.pop()
+		t := r.poll.ready.pop()
 		if t == nil {
 			break
 		}
 		if t.dropped {
-			r.freeTask(t)
+			r.poll.freeTask(t)
 			continue
 		}
 		if stuck(t.rec) {
@@ -73,15 +71,16 @@ func CompleteForTest(r *Runner, n int, stuck func(Record) bool) int {
 		}
 		t.started = true
 		t.ps.inflight++
-		r.inflight++
+		r.poll.inflight++
 		t.res = resHandled
-		r.onDone(t)
+		r.poll.onDone(t)
 		done++
 	}
 	for t := back.pop(); t != nil; t = back.pop() {
-		r.ready.push(t)
+		r.poll.ready.push(t)
 	}
-	r.flushFlow()
+	r.poll.flushFlow()
+	r.carryOut(&r.poll.acts)
 	return done
 }
 
@@ -89,30 +88,32 @@ func CompleteForTest(r *Runner, n int, stuck func(Record) bool) int {
 // for the tracker rings' growth), what the free lists hold and the global
 // limit.
 func MemoryForTest(r *Runner) (claimed, free, pauseAt int64) {
-	return r.claimed(), r.freeBytes, r.pauseAt
+	return r.poll.claimed(), r.poll.freeBytes, r.poll.pauseAt
 }
 
 // TickForTest runs the periodic tick's memory trimming, and tells the
 // source what it paused or resumed, as the loop does after every event.
 func TickForTest(r *Runner) {
-	r.trimMemory()
-	r.flushFlow()
+	r.poll.trimMemory()
+	r.poll.flushFlow()
+	r.carryOut(&r.poll.acts)
 }
 
 // IdleLanesForTest returns how many idle key lanes the runner caches, and
 // how many lanes the partitions' maps hold in all.
 func IdleLanesForTest(r *Runner) (idle, lanes int) {
-	for _, ps := range r.parts {
+	for _, ps := range r.poll.parts {
 		lanes += len(ps.lanes)
 	}
-	return r.idleN, lanes
+	return r.poll.idleN, lanes
 }
 
 // StopDispatchForTest starts tp's drain as a revoke does: what has not
 // started is dropped.
 func StopDispatchForTest(r *Runner, tp TP) {
-	r.stopDispatch(r.parts[tp])
-	r.flushFlow()
+	r.poll.stopDispatch(r.poll.parts[tp])
+	r.poll.flushFlow()
+	r.carryOut(&r.poll.acts)
 }
 
 // CheckLanesForTest checks KeyOrder's lane accounting: every lane in a
@@ -122,13 +123,13 @@ func StopDispatchForTest(r *Runner, tp TP) {
 // and the idle list hold.
 func CheckLanesForTest(r *Runner) error {
 	listed := map[*lane]bool{}
-	for l := r.idleNewest; l != nil; l = l.older {
+	for l := r.poll.idleNewest; l != nil; l = l.older {
 		listed[l] = true
 	}
-	if len(listed) != r.idleN {
-		return fmt.Errorf("the idle list holds %d lanes, idleN is %d", len(listed), r.idleN)
+	if len(listed) != r.poll.idleN {
+		return fmt.Errorf("the idle list holds %d lanes, idleN is %d", len(listed), r.poll.idleN)
 	}
-	for _, ps := range r.parts {
+	for _, ps := range r.poll.parts {
 		busy := 0
 		for k, l := range ps.lanes {
 			switch {
@@ -150,8 +151,8 @@ func CheckLanesForTest(r *Runner) error {
 	if len(listed) > 0 {
 		return fmt.Errorf("%d idle lanes of no owned partition", len(listed))
 	}
-	if want := int64(len(r.free))*taskAlloc + int64(len(r.freeLanes))*laneAlloc + int64(r.idleN)*laneCharge; r.freeBytes != want {
-		return fmt.Errorf("freeBytes %d, the free lists and idle lanes hold %d", r.freeBytes, want)
+	if want := int64(len(r.poll.free))*taskAlloc + int64(len(r.poll.freeLanes))*laneAlloc + int64(r.poll.idleN)*laneCharge; r.poll.freeBytes != want {
+		return fmt.Errorf("freeBytes %d, the free lists and idle lanes hold %d", r.poll.freeBytes, want)
 	}
 	return nil
 }

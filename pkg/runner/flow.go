@@ -15,14 +15,14 @@ const bands = 16
 
 // pollChunk is the least room an unpaused partition keeps below its high
 // water mark and its window: half the gap between the water marks.
-func (r *Runner) pollChunk() int {
-	return max((r.cfg.highRecords-r.cfg.lowRecords)/2, 1)
+func (s *pollState) pollChunk() int {
+	return max((s.cfg.highRecords-s.cfg.lowRecords)/2, 1)
 }
 
 // room is how many records a poll may bring to ps without passing its high
 // water mark or its uncommitted window.
-func (r *Runner) room(ps *partState) int {
-	return min(r.cfg.highRecords-ps.count, r.cfg.window-ps.p.Tracker().Outstanding())
+func (s *pollState) room(ps *partState) int {
+	return min(s.cfg.highRecords-ps.count, s.cfg.window-ps.p.Tracker().Outstanding())
 }
 
 // budget is how many records the next poll may take without pushing an
@@ -36,10 +36,10 @@ func (r *Runner) room(ps *partState) int {
 // The budget is never below pollChunk, because checkFlow pauses a partition
 // once its room falls below that: one nearly full partition must not shrink
 // every poll to a few records.
-func (r *Runner) budget() int {
-	pc, gap := r.pollChunk(), r.cfg.highRecords-r.cfg.lowRecords
+func (s *pollState) budget() int {
+	pc, gap := s.pollChunk(), s.cfg.highRecords-s.cfg.lowRecords
 	span := gap - pc
-	for b, n := range r.bandCount {
+	for b, n := range s.bandCount {
 		if n > 0 {
 			return pc + (b*span+bands-1)/bands // the least room band b holds
 		}
@@ -50,8 +50,8 @@ func (r *Runner) budget() int {
 // bandOf returns the band of an unpaused partition with room rooms, or -1
 // when its room is at least high minus low (it cannot lower the budget).
 // Rooms in [pollChunk, high-low) map to bands 0..bands-1 in order.
-func (r *Runner) bandOf(room int) int {
-	pc, gap := r.pollChunk(), r.cfg.highRecords-r.cfg.lowRecords
+func (s *pollState) bandOf(room int) int {
+	pc, gap := s.pollChunk(), s.cfg.highRecords-s.cfg.lowRecords
 	if room >= gap || gap <= pc {
 		return -1
 	}
@@ -60,19 +60,19 @@ func (r *Runner) bandOf(room int) int {
 
 // setBand moves ps to the budget band of its room; partitions paused,
 // revoking or closed are in none.
-func (r *Runner) setBand(ps *partState) {
+func (s *pollState) setBand(ps *partState) {
 	b := -1
 	if !ps.paused && !ps.revoking && !ps.closed {
-		b = r.bandOf(r.room(ps))
+		b = s.bandOf(s.room(ps))
 	}
 	if b == ps.band {
 		return
 	}
 	if ps.band >= 0 {
-		r.bandCount[ps.band]--
+		s.bandCount[ps.band]--
 	}
 	if b >= 0 {
-		r.bandCount[b]++
+		s.bandCount[b]++
 	}
 	ps.band = b
 }
@@ -82,31 +82,31 @@ func (r *Runner) setBand(ps *partState) {
 // reached the byte high water mark; it resumes it at the low water marks
 // (the window's low mark is the window less the gap between the water
 // marks). It then applies the global limit.
-func (r *Runner) checkFlow(ps *partState) {
+func (s *pollState) checkFlow(ps *partState) {
 	if !ps.revoking && !ps.closed {
-		cfg := &r.cfg
+		cfg := s.cfg
 		outstanding := ps.p.Tracker().Outstanding()
 		switch {
-		case !ps.paused && (r.room(ps) < r.pollChunk() || ps.bytes >= cfg.highBytes):
+		case !ps.paused && (s.room(ps) < s.pollChunk() || ps.bytes >= cfg.highBytes):
 			ps.paused = true
-			r.flowDirty = append(r.flowDirty, ps)
+			s.flowDirty = append(s.flowDirty, ps)
 		case ps.paused && ps.count <= cfg.lowRecords && ps.bytes <= cfg.lowBytes &&
 			outstanding <= cfg.window-(cfg.highRecords-cfg.lowRecords):
 			ps.paused = false
 			ps.windowWarned = false
-			r.flowDirty = append(r.flowDirty, ps)
+			s.flowDirty = append(s.flowDirty, ps)
 		}
-		if ps.paused && !ps.windowWarned && cfg.window-outstanding < r.pollChunk() {
+		if ps.paused && !ps.windowWarned && cfg.window-outstanding < s.pollChunk() {
 			ps.windowWarned = true
-			r.tel.windowFull.Add(context.Background(), 1)
-			o := r.oldest(ps)
-			r.log.Warn("partition paused: its uncommitted window is full behind its oldest unfinished record",
+			s.tel.windowFull.Add(context.Background(), 1)
+			o := s.oldest(ps)
+			s.log.Warn("partition paused: its uncommitted window is full behind its oldest unfinished record",
 				"partition", ps.tp.String(), "window", cfg.window, "outstanding", outstanding,
 				"oldest", o.record(ps.tp), "state", o.state.String(), "attempts", o.attempts, "err", o.err, "age", o.age)
 		}
 	}
-	r.setBand(ps)
-	r.checkGlobal()
+	s.setBand(ps)
+	s.checkGlobal()
 }
 
 // checkGlobal applies the global limit: every partition pauses while the
@@ -114,33 +114,34 @@ func (r *Runner) checkFlow(ps *partState) {
 // tracker rings by) is at pauseAt and resumes once it fell to half. It runs
 // whenever the charge falls, including when a lost or revoked partition's
 // records leave it.
-func (r *Runner) checkGlobal() {
-	switch c := r.claimed(); {
-	case !r.globalPaused && c >= r.pauseAt:
-		r.globalPaused = true
-		for _, p := range r.parts {
-			r.flowDirty = append(r.flowDirty, p)
+func (s *pollState) checkGlobal() {
+	switch c := s.claimed(); {
+	case !s.globalPaused && c >= s.pauseAt:
+		s.globalPaused = true
+		for _, p := range s.parts {
+			s.flowDirty = append(s.flowDirty, p)
 		}
-	case r.globalPaused && c <= r.pauseAt/2:
-		r.globalPaused = false
-		for _, p := range r.parts {
-			r.flowDirty = append(r.flowDirty, p)
+	case s.globalPaused && c <= s.pauseAt/2:
+		s.globalPaused = false
+		for _, p := range s.parts {
+			s.flowDirty = append(s.flowDirty, p)
 		}
 	}
 }
 
-// flushFlow tells the source about partitions whose paused state changed.
-func (r *Runner) flushFlow() {
-	if len(r.flowDirty) == 0 {
+// flushFlow adds the partitions whose paused state changed to the actions'
+// pause and resume lists, for the Runner to tell the source.
+func (s *pollState) flushFlow() {
+	if len(s.flowDirty) == 0 {
 		return
 	}
-	r.pauseBuf, r.resumeBuf = r.pauseBuf[:0], r.resumeBuf[:0]
-	for _, ps := range r.flowDirty {
+	paused := len(s.acts.pause)
+	for _, ps := range s.flowDirty {
 		if ps.closed {
 			continue
 		}
-		want := (ps.paused || r.globalPaused || r.stopping) && !ps.revoking
-		if r.stopping {
+		want := (ps.paused || s.globalPaused || s.stopping) && !ps.revoking
+		if s.stopping {
 			want = true
 		}
 		if want == ps.srcPaused {
@@ -148,18 +149,14 @@ func (r *Runner) flushFlow() {
 		}
 		ps.srcPaused = want
 		if want {
-			r.pauseBuf = append(r.pauseBuf, ps.tp)
+			s.acts.pause = append(s.acts.pause, ps.tp)
 		} else {
-			r.resumeBuf = append(r.resumeBuf, ps.tp)
+			s.acts.resume = append(s.acts.resume, ps.tp)
 		}
 	}
-	clear(r.flowDirty)
-	r.flowDirty = r.flowDirty[:0]
-	if len(r.pauseBuf) > 0 {
-		r.src.Pause(r.pauseBuf)
-		r.tel.pauses.Add(context.Background(), int64(len(r.pauseBuf)))
-	}
-	if len(r.resumeBuf) > 0 {
-		r.src.Resume(r.resumeBuf)
+	clear(s.flowDirty)
+	s.flowDirty = s.flowDirty[:0]
+	if n := len(s.acts.pause) - paused; n > 0 {
+		s.tel.pauses.Add(context.Background(), int64(n))
 	}
 }

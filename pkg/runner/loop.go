@@ -13,29 +13,31 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 	r.drainTimer.Stop()
 	ctxDone := ctx.Done()
 	var stopCtxDone <-chan struct{}
-	for !r.finished {
+	for !r.poll.finished {
+		var a *actions
 		select {
 		case req := <-r.sinkCh:
-			r.onSink(req)
+			a = r.poll.reported(req)
 		case <-r.doneq.signal:
-			r.onFinished()
+			a = r.poll.tasksFinished(r.doneq.take())
 		case c := <-r.commitRes:
-			r.onCommitted(c)
+			a = r.poll.committed(c)
 		case <-ticker.C:
-			r.tick()
+			r.publishStats()
+			a = r.poll.ticked()
 		case <-r.drainTimer.C:
-			r.checkDrains()
+			a = r.poll.drainDue()
 		case s := <-r.stopCh:
 			stopCtxDone = s.ctxDone
-			r.beginStop(s.drainDeadline, s.deadline, s.ctxDone)
+			a = r.poll.stop(s.drainDeadline, s.deadline, s.ctxDone != nil)
 		case <-ctxDone:
 			ctxDone = nil
-			r.beginStop(time.Now().Add(r.cfg.drainBudget), time.Time{}, nil)
+			a = r.poll.stop(time.Now().Add(r.cfg.drainBudget), time.Time{}, false)
 		case <-stopCtxDone:
 			stopCtxDone = nil
-			r.checkDrains()
+			a = r.poll.shutdownCtxDone()
 		case <-r.closeCh:
-			if r.stopping {
+			if r.poll.stopping {
 				// A graceful stop was under way and its final commit was
 				// not acknowledged (the loop would have returned).
 				return &FinalCommitError{Err: errClosedInStop}
@@ -44,7 +46,7 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 		case <-srcDone:
 			// srcErr is written before srcDone is closed.
 			err := *srcErr
-			if err == nil && r.stopping {
+			if err == nil && r.poll.stopping {
 				srcDone = nil
 				continue
 			}
@@ -54,16 +56,44 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 			r.log.Error("source failed; stopping without a final commit", "err", err)
 			return err
 		}
-		r.dispatch()
-		r.flushFlow()
+		r.carryOut(a)
+		r.carryOut(r.poll.settle())
 	}
-	return r.drainErr
+	return r.poll.drainErr
+}
+
+// carryOut does what the poll state asked for, in the order of the fields
+// of actions, and resets a.
+func (r *Runner) carryOut(a *actions) {
+	for _, st := range a.settlements {
+		r.settler.Settle(st.tp, st.offset, st.s)
+	}
+	for _, rp := range a.replies {
+		rp.send()
+	}
+	if a.commit != nil {
+		r.commitReq <- a.commit // capacity 1 and at most one in flight: never blocks
+	}
+	if a.work.n > 0 {
+		r.workq.push(a.work.head, a.work.tail, a.work.n)
+	}
+	if len(a.pause) > 0 {
+		r.src.Pause(a.pause)
+	}
+	if len(a.resume) > 0 {
+		r.src.Resume(a.resume)
+	}
+	a.answer.send()
+	if !a.drainAt.IsZero() {
+		r.drainTimer.Reset(time.Until(a.drainAt))
+	}
+	a.reset()
 }
 
 // onSink acts on one report from the source and answers it.
-func (r *Runner) onSink(req *sinkReq) {
-	if r.stopping && req.kind != sinkLost && req.kind != sinkRevoked {
-		req.reply <- sinkReply{err: ErrStopped}
+func (s *pollState) onSink(req *sinkReq) {
+	if s.stopping && req.kind != sinkLost && req.kind != sinkRevoked {
+		s.acts.replies = append(s.acts.replies, reply{to: req.reply, rep: sinkReply{err: ErrStopped}})
 		return
 	}
 	switch req.kind {
@@ -74,44 +104,44 @@ func (r *Runner) onSink(req *sinkReq) {
 			if req.applied != nil {
 				f = req.applied[i]
 			}
-			replaced = r.assign(a, f) || replaced
+			replaced = s.assign(a, f) || replaced
 		}
-		r.checkDrains() // an assignment can replace (lose) a partition a drain waits on
-		r.flushFlow()   // under the global cap, new partitions start paused
-		if replaced && r.committing != nil {
+		s.checkDrains() // an assignment can replace (lose) a partition a drain waits on
+		s.flushFlow()   // under the global cap, new partitions start paused
+		if replaced && s.committing != nil {
 			// The replaced assignments were lost: answer as for Lost, once
 			// a commit built for them can no longer reach the source.
-			r.afterCommit = append(r.afterCommit, req.reply)
+			s.afterCommit = append(s.afterCommit, req.reply)
 			return
 		}
-		req.reply <- sinkReply{}
+		s.acts.answer = reply{to: req.reply} // after the pause
 	case sinkFetched:
 		for i := range req.batches {
-			r.deliver(&req.batches[i])
+			s.deliver(&req.batches[i])
 		}
-		r.fitFree()
+		s.fitFree()
 		// Pause before answering: the source's next poll must already
 		// leave out the partitions at their high water mark. Answer before
 		// dispatching (the loop dispatches right after), so the source's
 		// next poll overlaps the dispatch.
-		r.flushFlow()
-		req.reply <- sinkReply{budget: r.budget()}
+		s.flushFlow()
+		s.acts.answer = reply{to: req.reply, rep: sinkReply{budget: s.budget()}}
 	case sinkLost:
 		for _, tp := range req.tps {
-			r.lose(tp)
+			s.lose(tp)
 		}
-		r.checkDrains()
-		if r.committing != nil {
+		s.checkDrains()
+		if s.committing != nil {
 			// A commit built before the loss may still be on its way to
 			// the source. Answer only after it was answered, so the
 			// source cannot rejoin, get the partition back and then send
 			// that old offset under the new generation.
-			r.afterCommit = append(r.afterCommit, req.reply)
+			s.afterCommit = append(s.afterCommit, req.reply)
 			return
 		}
-		req.reply <- sinkReply{}
+		s.acts.replies = append(s.acts.replies, reply{to: req.reply})
 	case sinkRevoked:
-		deadline := time.Now().Add(r.cfg.drainBudget)
+		deadline := s.now().Add(s.cfg.drainBudget)
 		if !req.deadline.IsZero() && req.deadline.Before(deadline) {
 			deadline = req.deadline
 		}
@@ -119,68 +149,68 @@ func (r *Runner) onSink(req *sinkReq) {
 		for _, tp := range req.tps {
 			// A partition already draining (a shutdown) joins this drain
 			// too, so the source waits for its final commit.
-			if ps := r.parts[tp]; ps != nil {
+			if ps := s.parts[tp]; ps != nil {
 				d.parts = append(d.parts, ps)
 				if !ps.revoking {
-					r.stopDispatch(ps)
+					s.stopDispatch(ps)
 				}
 			}
 		}
 		if len(d.parts) == 0 {
-			req.replyErr <- nil
+			s.acts.replies = append(s.acts.replies, reply{toErr: req.replyErr})
 			return
 		}
-		r.tel.revokes.Add(context.Background(), 1)
-		r.drains = append(r.drains, d)
-		r.checkDrains()
+		s.tel.revokes.Add(context.Background(), 1)
+		s.drains = append(s.drains, d)
+		s.checkDrains()
 	}
 }
 
 // assign sets up a new assignment of a.TP; it reports whether it replaced
 // one the runner still held (which it drops as lost).
-func (r *Runner) assign(a Assignment, applied Applied) (replaced bool) {
-	if old := r.parts[a.TP]; old != nil {
+func (s *pollState) assign(a Assignment, applied Applied) (replaced bool) {
+	if old := s.parts[a.TP]; old != nil {
 		// A source reporting an assignment it already gave us has lost
 		// track; treat the old assignment as lost (never commit for it).
-		r.log.Warn("partition assigned again without a revoke; dropping the old assignment", "partition", a.TP.String())
-		r.lose(a.TP)
+		s.log.Warn("partition assigned again without a revoke; dropping the old assignment", "partition", a.TP.String())
+		s.lose(a.TP)
 		replaced = true
 	}
-	p := r.table.Assign(a.TP, a.Start)
-	ctx, cancel := context.WithCancel(r.handlerCtx)
+	p := s.table.Assign(a.TP, a.Start)
+	ctx, cancel := context.WithCancel(s.handlerCtx)
 	ps := &partState{p: p, epoch: p.Epoch(), tp: a.TP, ctx: ctx, cancel: cancel, pendingPos: -1, hwm: -1, applied: applied,
 		band: -1, fencedOff: -1}
-	switch r.cfg.ordering {
+	switch s.cfg.ordering {
 	case KeyOrder:
 		ps.lanes = map[uint64]*lane{}
 	case PartitionOrder:
 		ps.lane = &lane{}
 	}
-	r.parts[a.TP] = ps
-	if r.globalPaused {
-		r.flowDirty = append(r.flowDirty, ps)
+	s.parts[a.TP] = ps
+	if s.globalPaused {
+		s.flowDirty = append(s.flowDirty, ps)
 	}
-	r.log.Debug("partition assigned", "partition", a.TP.String(), "epoch", uint64(ps.epoch), "start", a.Start,
+	s.log.Debug("partition assigned", "partition", a.TP.String(), "epoch", uint64(ps.epoch), "start", a.Start,
 		"generation", a.Generation, "member", a.Member)
 	return replaced
 }
 
-func (r *Runner) lose(tp TP) {
-	ps := r.parts[tp]
+func (s *pollState) lose(tp TP) {
+	ps := s.parts[tp]
 	if ps == nil {
 		return
 	}
-	r.stopDispatch(ps)
-	r.table.Lose(tp)
+	s.stopDispatch(ps)
+	s.table.Lose(tp)
 	ps.closed = true
 	ps.cancel()
-	r.release(ps)
-	delete(r.parts, tp)
-	r.tel.lost.Add(context.Background(), 1)
-	r.log.Warn("partition lost; nothing will be committed for it", "partition", tp.String(), "epoch", uint64(ps.epoch), "in_flight", ps.inflight)
+	s.release(ps)
+	delete(s.parts, tp)
+	s.tel.lost.Add(context.Background(), 1)
+	s.log.Warn("partition lost; nothing will be committed for it", "partition", tp.String(), "epoch", uint64(ps.epoch), "in_flight", ps.inflight)
 	// Its bytes left the total: the global cap may lift. Drains waiting on
 	// it are checked by the caller, once every partition of the report is
 	// gone: checking here could send a final commit for a partition lost in
 	// the same report.
-	r.checkGlobal()
+	s.checkGlobal()
 }

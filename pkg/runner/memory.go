@@ -147,49 +147,49 @@ func cut(buf, b []byte) ([]byte, []byte) {
 // peak.
 
 // newTask returns a task from the free list, or a new one.
-func (r *Runner) newTask() *task {
-	n := len(r.free)
+func (s *pollState) newTask() *task {
+	n := len(s.free)
 	if n == 0 {
 		return &task{}
 	}
-	t := r.free[n-1]
-	r.free[n-1] = nil
-	r.free = r.free[:n-1]
-	r.freeLow = min(r.freeLow, n-1)
-	r.freeBytes -= taskAlloc
+	t := s.free[n-1]
+	s.free[n-1] = nil
+	s.free = s.free[:n-1]
+	s.freeLow = min(s.freeLow, n-1)
+	s.freeBytes -= taskAlloc
 	return t
 }
 
 // freeTask clears t and keeps it for reuse if the room under the global
 // limit allows.
-func (r *Runner) freeTask(t *task) {
+func (s *pollState) freeTask(t *task) {
 	*t = task{}
-	if r.claimed()+r.freeBytes+taskAlloc <= r.pauseAt {
-		r.free = append(r.free, t)
-		r.freeBytes += taskAlloc
+	if s.claimed()+s.freeBytes+taskAlloc <= s.pauseAt {
+		s.free = append(s.free, t)
+		s.freeBytes += taskAlloc
 	}
 }
 
-func (r *Runner) newLane(ps *partState, key uint64) *lane {
-	n := len(r.freeLanes)
+func (s *pollState) newLane(ps *partState, key uint64) *lane {
+	n := len(s.freeLanes)
 	if n == 0 {
 		return &lane{key: key, ps: ps}
 	}
-	l := r.freeLanes[n-1]
-	r.freeLanes[n-1] = nil
-	r.freeLanes = r.freeLanes[:n-1]
-	r.freeLanesLow = min(r.freeLanesLow, n-1)
-	r.freeBytes -= laneAlloc
+	l := s.freeLanes[n-1]
+	s.freeLanes[n-1] = nil
+	s.freeLanes = s.freeLanes[:n-1]
+	s.freeLanesLow = min(s.freeLanesLow, n-1)
+	s.freeBytes -= laneAlloc
 	l.key, l.ps = key, ps
 	return l
 }
 
 // freeLane is freeTask for lanes.
-func (r *Runner) freeLane(l *lane) {
+func (s *pollState) freeLane(l *lane) {
 	*l = lane{}
-	if r.claimed()+r.freeBytes+laneAlloc <= r.pauseAt {
-		r.freeLanes = append(r.freeLanes, l)
-		r.freeBytes += laneAlloc
+	if s.claimed()+s.freeBytes+laneAlloc <= s.pauseAt {
+		s.freeLanes = append(s.freeLanes, l)
+		s.freeBytes += laneAlloc
 	}
 }
 
@@ -197,37 +197,37 @@ func (r *Runner) freeLane(l *lane) {
 // lanes, until the runner's claim plus freeBytes are within pauseAt again
 // (or nothing is left to give back). Each one given back was kept before:
 // amortized O(1).
-func (r *Runner) fitFree() {
-	for over := r.claimed() + r.freeBytes - r.pauseAt; over > 0 && len(r.free) > 0; over -= taskAlloc {
-		r.free = trim(r.free, 1)
-		r.freeBytes -= taskAlloc
+func (s *pollState) fitFree() {
+	for over := s.claimed() + s.freeBytes - s.pauseAt; over > 0 && len(s.free) > 0; over -= taskAlloc {
+		s.free = trim(s.free, 1)
+		s.freeBytes -= taskAlloc
 	}
-	for over := r.claimed() + r.freeBytes - r.pauseAt; over > 0 && len(r.freeLanes) > 0; over -= laneAlloc {
-		r.freeLanes = trim(r.freeLanes, 1)
-		r.freeBytes -= laneAlloc
+	for over := s.claimed() + s.freeBytes - s.pauseAt; over > 0 && len(s.freeLanes) > 0; over -= laneAlloc {
+		s.freeLanes = trim(s.freeLanes, 1)
+		s.freeBytes -= laneAlloc
 	}
-	for r.idleN > 0 && r.claimed()+r.freeBytes > r.pauseAt {
-		r.evictIdle(false)
+	for s.idleN > 0 && s.claimed()+s.freeBytes > s.pauseAt {
+		s.evictIdle(false)
 	}
-	r.freeLow, r.freeLanesLow = min(r.freeLow, len(r.free)), min(r.freeLanesLow, len(r.freeLanes))
+	s.freeLow, s.freeLanesLow = min(s.freeLow, len(s.free)), min(s.freeLanesLow, len(s.freeLanes))
 }
 
 // trimMemory is the tick's memory trimming: the free lists, the idle lanes
 // and the tracker rings give back what was not used since the last tick.
-func (r *Runner) trimMemory() {
-	r.trimFree()
-	r.trimIdle()
-	r.trimRings()
+func (s *pollState) trimMemory() {
+	s.trimFree()
+	s.trimIdle()
+	s.trimRings()
 }
 
 // trimFree gives back the tasks and lanes that stayed in the free lists
 // since the last call (their least length meanwhile), and the lists'
 // arrays once they are mostly empty.
-func (r *Runner) trimFree() {
-	r.free = trim(r.free, r.freeLow)
-	r.freeLanes = trim(r.freeLanes, r.freeLanesLow)
-	r.freeLow, r.freeLanesLow = len(r.free), len(r.freeLanes)
-	r.freeBytes = int64(len(r.free))*taskAlloc + int64(len(r.freeLanes))*laneAlloc + int64(r.idleN)*laneCharge
+func (s *pollState) trimFree() {
+	s.free = trim(s.free, s.freeLow)
+	s.freeLanes = trim(s.freeLanes, s.freeLanesLow)
+	s.freeLow, s.freeLanesLow = len(s.free), len(s.freeLanes)
+	s.freeBytes = int64(len(s.free))*taskAlloc + int64(len(s.freeLanes))*laneAlloc + int64(s.idleN)*laneCharge
 }
 
 // trim drops the last k elements of s, and s's array once it is mostly
@@ -257,68 +257,68 @@ func trim[T any](s []*T, k int) []*T {
 
 // pushIdle puts l, a KeyOrder lane that just went idle, at the newest end
 // of the idle list. The caller calls fitIdle.
-func (r *Runner) pushIdle(l *lane) {
-	l.newer, l.older = nil, r.idleNewest
-	if r.idleNewest != nil {
-		r.idleNewest.newer = l
+func (s *pollState) pushIdle(l *lane) {
+	l.newer, l.older = nil, s.idleNewest
+	if s.idleNewest != nil {
+		s.idleNewest.newer = l
 	} else {
-		r.idleOldest = l
+		s.idleOldest = l
 	}
-	r.idleNewest = l
-	r.idleN++
-	r.freeBytes += laneCharge
+	s.idleNewest = l
+	s.idleN++
+	s.freeBytes += laneCharge
 }
 
 // unlinkIdle takes l out of the idle list; it stays in its map.
-func (r *Runner) unlinkIdle(l *lane) {
+func (s *pollState) unlinkIdle(l *lane) {
 	if l.newer != nil {
 		l.newer.older = l.older
 	} else {
-		r.idleNewest = l.older
+		s.idleNewest = l.older
 	}
 	if l.older != nil {
 		l.older.newer = l.newer
 	} else {
-		r.idleOldest = l.newer
+		s.idleOldest = l.newer
 	}
 	l.newer, l.older = nil, nil
-	r.idleN--
-	r.freeBytes -= laneCharge
+	s.idleN--
+	s.freeBytes -= laneCharge
 }
 
 // evictIdle takes the oldest idle lane out of the idle list and its map,
 // and keeps it in the free list if keep (and the room allows).
-func (r *Runner) evictIdle(keep bool) {
-	l := r.idleOldest
-	r.unlinkIdle(l)
+func (s *pollState) evictIdle(keep bool) {
+	l := s.idleOldest
+	s.unlinkIdle(l)
 	ps := l.ps
 	delete(ps.lanes, l.key)
-	r.shrinkLanes(ps)
+	s.shrinkLanes(ps)
 	if keep {
-		r.freeLane(l)
+		s.freeLane(l)
 	}
 }
 
 // idleCap is the most idle lanes the list keeps: the most records buffered
 // and in flight at once since the tick before the last.
-func (r *Runner) idleCap() int { return max(r.countPeak, r.countPrev) }
+func (s *pollState) idleCap() int { return max(s.countPeak, s.countPrev) }
 
 // fitIdle evicts the oldest idle lanes, to the free list, while the list is
 // above idleCap or the runner's claim and freeBytes are above pauseAt. Each
 // eviction undoes one pushIdle: amortized O(1).
-func (r *Runner) fitIdle() {
-	for r.idleN > 0 && (r.idleN > r.idleCap() || r.claimed()+r.freeBytes > r.pauseAt) {
-		r.evictIdle(true)
+func (s *pollState) fitIdle() {
+	for s.idleN > 0 && (s.idleN > s.idleCap() || s.claimed()+s.freeBytes > s.pauseAt) {
+		s.evictIdle(true)
 	}
 }
 
 // trimIdle runs every tick: the cap moves on by one interval, and the idle
 // lanes above it are given back (not kept in the free list: they stayed
 // idle while the records were fewer).
-func (r *Runner) trimIdle() {
-	r.countPrev, r.countPeak = r.countPeak, r.totalCount
-	for r.idleN > r.idleCap() {
-		r.evictIdle(false)
+func (s *pollState) trimIdle() {
+	s.countPrev, s.countPeak = s.countPeak, s.totalCount
+	for s.idleN > s.idleCap() {
+		s.evictIdle(false)
 	}
 }
 
@@ -326,7 +326,7 @@ func (r *Runner) trimIdle() {
 // as full as it once was: a Go map never gives back its table. A rebuild of
 // n lanes comes after at least n evictions since the last one: amortized
 // O(1).
-func (r *Runner) shrinkLanes(ps *partState) {
+func (s *pollState) shrinkLanes(ps *partState) {
 	n := len(ps.lanes)
 	if ps.lanePeak <= 2*n || ps.lanePeak <= laneMapMin {
 		return
@@ -342,14 +342,14 @@ func (r *Runner) shrinkLanes(ps *partState) {
 // (PartitionOverhead covers that one), and counts its whole size in
 // ringReal. It runs after a hand-over, which can grow the ring, and after
 // the tick trimmed it; nothing else changes the ring's size.
-func (r *Runner) setRing(ps *partState) {
+func (s *pollState) setRing(ps *partState) {
 	size := ps.p.Tracker().RingBytes()
 	if size == ps.ringReal {
 		return
 	}
 	c := max(size-watermark.MinRingBytes, 0)
-	r.ringBytes += c - ps.ringBytes
-	r.ringReal += size - ps.ringReal
+	s.ringBytes += c - ps.ringBytes
+	s.ringReal += size - ps.ringReal
 	ps.ringBytes, ps.ringReal = c, size
 }
 
@@ -361,16 +361,16 @@ func (r *Runner) setRing(ps *partState) {
 // ring after two ticks. When a ring shrank it re-checks the global limit:
 // the rings may be all that kept the runner paused, and once every record
 // finished nothing else would resume it.
-func (r *Runner) trimRings() {
+func (s *pollState) trimRings() {
 	shrunk := false
-	for _, ps := range r.parts {
+	for _, ps := range s.parts {
 		if ps.p.Tracker().Trim() {
-			r.setRing(ps)
+			s.setRing(ps)
 			shrunk = true
 		}
 	}
 	if shrunk {
-		r.checkGlobal()
+		s.checkGlobal()
 	}
 }
 
@@ -379,29 +379,29 @@ func (r *Runner) trimRings() {
 // Its tracker keeps no ring (the partition's next assignment starts afresh
 // anyway); in-flight records are charged until they return. It is
 // O(lanes), as the drain before it.
-func (r *Runner) release(ps *partState) {
-	r.heldBytes -= int64(ps.held) * laneCharge
+func (s *pollState) release(ps *partState) {
+	s.heldBytes -= int64(ps.held) * laneCharge
 	ps.held = 0
 	for _, l := range ps.lanes {
 		if !l.busy {
-			r.unlinkIdle(l)
-			r.freeLane(l)
+			s.unlinkIdle(l)
+			s.freeLane(l)
 		}
 	}
 	ps.lanes = nil
 	ps.p.Tracker().Reset(ps.p.Safe())
-	r.setRing(ps)
+	s.setRing(ps)
 }
 
 // charged is the runner's total charge: what MaxBufferedBytes bounds.
-func (r *Runner) charged() int64 { return r.totalBytes + r.ringBytes + r.heldBytes }
+func (s *pollState) charged() int64 { return s.totalBytes + s.ringBytes + s.heldBytes }
 
 // claimed is what the global limit compares with pauseAt: the charge and
 // ringReal, the most that the next hand-over can grow the tracker rings by
 // beyond two slots per record it brings. A ring grows only when full, by
 // doubling: from L slots holding n <= L records, k more take it to less than
 // 2(n+k) slots, so it grows by less than L + 2k slots.
-func (r *Runner) claimed() int64 { return r.charged() + r.ringReal }
+func (s *pollState) claimed() int64 { return s.charged() + s.ringReal }
 
 // globalLimits returns where the runner pauses every partition (its
 // claim at pauseAt or above) for MaxBufferedBytes max: its share, max

@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/tidemark/tidemark/pkg/rebalance"
 )
 
 // Runner consumes records from a Source and runs the registered handlers on
@@ -46,45 +43,11 @@ type Runner struct {
 
 	stats statsBox
 
-	// Poll-goroutine state: nothing below is touched by another goroutine.
-	table        *rebalance.Table
-	parts        map[TP]*partState
-	ready        queue
-	inflight     int   // tasks queued for or running on workers
-	totalBytes   int64 // what buffered and in-flight records are charged (memory.go)
-	ringBytes    int64 // what owned partitions' tracker rings are charged (setRing)
-	ringReal     int64 // what owned partitions' tracker rings take (claimed)
-	heldBytes    int64 // what lanes held by fenced records are charged
-	totalCount   int
-	pauseAt      int64 // the charge at which every partition pauses (globalLimits)
-	bandCount    [bands]int
-	globalPaused bool
-	flowDirty    []*partState
-	pauseBuf     []TP
-	resumeBuf    []TP
-	overhead     int64        // RecordOverhead(cfg.ordering)
-	free         []*task      // see freeTask
-	freeLanes    []*lane      // see freeLane
-	freeBytes    int64        // what the free lists and the idle lanes hold
-	freeLow      int          // the least len(free) since the last trimFree
-	freeLanesLow int          // the least len(freeLanes) since then
-	keySeed      maphash.Seed // hashes KeyOrder's keys into lanes
-	drains       []*drain
-	drainTimer   *time.Timer
-	committing   *commitReq
-	stopping     bool
-	finished     bool
-	drainErr     error
-	pendingBuf   []rebalance.Commit
-	handlerCtx   context.Context
-	afterCommit  []chan sinkReply // Lost (or replacing Assigned) replies held until the commit in flight is answered
+	// drainTimer fires at the next drain deadline (actions.drainAt). It
+	// is the poll goroutine's own, as what follows.
+	drainTimer *time.Timer
 
-	// KeyOrder's idle lanes, newest first (pushIdle), and the most records
-	// buffered and in flight at once since the last tick, and over the
-	// tick interval before (idleCap).
-	idleNewest, idleOldest *lane
-	idleN                  int
-	countPeak, countPrev   int
+	poll pollState // touched by the poll goroutine alone
 }
 
 // New returns a Runner over src. It validates the options and returns a
@@ -116,14 +79,9 @@ func New(src Source, opts ...Option) (*Runner, error) {
 		closeCh:   make(chan struct{}),
 		loopDone:  make(chan struct{}),
 		runDone:   make(chan struct{}),
-		table:     rebalance.NewTable(),
-		parts:     map[TP]*partState{},
-		keySeed:   maphash.MakeSeed(),
 	}
 	r.settler, _ = src.(Settler)
 	r.workq.cond.L = &r.workq.mu
-	r.pauseAt, _ = cfg.globalLimits()
-	r.overhead = RecordOverhead(cfg.ordering)
 	if cfg.policy.kind == policyDeadLetter {
 		r.dlw = cfg.policy.writer
 		if r.dlw == nil {
@@ -144,6 +102,8 @@ func New(src Source, opts ...Option) (*Runner, error) {
 		return nil, fmt.Errorf("runner: telemetry: %w", err)
 	}
 	r.tel = tel
+	r.poll = newPollState(&r.cfg, r.log, tel)
+	r.poll.settled = r.settler != nil
 	r.tracer = newTracer(cfg.tracerProvider)
 	return r, nil
 }
@@ -169,7 +129,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	// including the final commit after ctx is done.
 	hard, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hardCancel()
-	r.handlerCtx = hard
+	r.poll.handlerCtx = hard
 
 	var wg sync.WaitGroup
 	for range r.cfg.concurrency {
@@ -197,7 +157,7 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	// Cancel whatever still runs (handlers past the budget, or everything on
 	// Close), then wait for our goroutines before leaving the group.
-	for _, ps := range r.parts {
+	for _, ps := range r.poll.parts {
 		ps.cancel()
 	}
 	hardCancel()

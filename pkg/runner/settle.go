@@ -84,10 +84,18 @@ func (c *config) settledOptions(src Source) error {
 	return nil
 }
 
+// settlement is one record's Settle call, for the loop to make
+// (actions.settlements).
+type settlement struct {
+	tp     TP
+	offset int64
+	s      Settlement
+}
+
 // track records a delivery in ps's tracker, or nothing in settled mode,
 // where offsets arrive in any order and again.
-func (r *Runner) track(ps *partState, offset int64) error {
-	if r.settler != nil {
+func (s *pollState) track(ps *partState, offset int64) error {
+	if s.settled {
 		return nil
 	}
 	return ps.p.Deliver(offset)
@@ -95,24 +103,24 @@ func (r *Runner) track(ps *partState, offset int64) error {
 
 // settleDone settles a finished task in settled mode; it reports whether
 // it did (then the tracker is not told).
-func (r *Runner) settleDone(t *task) bool {
-	if r.settler == nil {
+func (s *pollState) settleDone(t *task) bool {
+	if !s.settled {
 		return false
 	}
-	s := Released
+	how := Released
 	switch t.res {
 	case resHandled, resDeadLettered:
-		s = Accepted
+		how = Accepted
 	case resSkipped:
-		s = Rejected
+		how = Rejected
 	}
-	r.settler.Settle(t.ps.tp, t.rec.Offset, s)
+	s.acts.settlements = append(s.acts.settlements, settlement{t.ps.tp, t.rec.Offset, how})
 	return true
 }
 
 // settleDropped settles, in settled mode, a task dropped before it ran.
-func (r *Runner) settleDropped(t *task) {
-	if r.settler != nil {
-		r.settler.Settle(t.ps.tp, t.rec.Offset, Released)
+func (s *pollState) settleDropped(t *task) {
+	if s.settled {
+		s.acts.settlements = append(s.acts.settlements, settlement{t.ps.tp, t.rec.Offset, Released})
 	}
 }

@@ -341,6 +341,25 @@ func (r *Runner) Stats() Stats {
 	return s
 }
 
+// snapshot returns the stats as they are now, their partitions appended to
+// parts.
+func (s *pollState) snapshot(parts []PartitionStats) Stats {
+	now := s.now()
+	st := Stats{LoopAt: now, Stopping: s.stopping, InFlight: s.inflight, Buffered: s.totalCount, Bytes: s.charged()}
+	st.Partitions = parts
+	for _, ps := range s.parts {
+		outstanding := ps.p.Tracker().Outstanding()
+		o := s.oldest(ps)
+		st.Partitions = append(st.Partitions, PartitionStats{
+			TP: ps.tp, Epoch: uint64(ps.epoch), Safe: ps.p.Safe(), Acknowledged: ps.p.Acknowledged(),
+			HighWatermark: ps.hwm, Buffered: ps.count, InFlight: ps.inflight, Bytes: ps.bytes, Paused: ps.srcPaused,
+			Outstanding: outstanding, WindowFull: ps.paused && s.cfg.window-outstanding < s.pollChunk(),
+			OldestOffset: o.offset, OldestAge: o.age, OldestState: o.state, OldestAttempts: o.attempts, OldestError: o.err,
+		})
+	}
+	return st
+}
+
 // oldestRecord describes a partition's oldest unfinished record.
 type oldestRecord struct {
 	offset   int64 // -1: none
@@ -360,13 +379,13 @@ func (o oldestRecord) record(tp TP) string {
 // oldest finds ps's oldest unfinished record: the tracker's oldest
 // outstanding offset. It is the head of ps's list of tasks, or, when it has
 // no task any more, the fenced record the safe offset cannot pass.
-func (r *Runner) oldest(ps *partState) oldestRecord {
+func (s *pollState) oldest(ps *partState) oldestRecord {
 	off, ok := ps.p.Tracker().Oldest()
 	if !ok {
 		return oldestRecord{offset: -1}
 	}
 	o := oldestRecord{offset: off}
-	now := time.Now()
+	now := s.now()
 	switch t := ps.oldest; {
 	case t != nil && t.rec.Offset == off:
 		o.age = now.Sub(t.delivered)
@@ -387,19 +406,7 @@ func (r *Runner) oldest(ps *partState) oldestRecord {
 // publishStats refreshes the snapshot. It reuses the previous snapshot's
 // slice: Stats copies under the lock, so nothing else refers to it.
 func (r *Runner) publishStats() {
-	now := time.Now()
-	s := Stats{LoopAt: now, Stopping: r.stopping, InFlight: r.inflight, Buffered: r.totalCount, Bytes: r.charged()}
-	s.Partitions = r.stats.spare[:0]
-	for _, ps := range r.parts {
-		outstanding := ps.p.Tracker().Outstanding()
-		o := r.oldest(ps)
-		s.Partitions = append(s.Partitions, PartitionStats{
-			TP: ps.tp, Epoch: uint64(ps.epoch), Safe: ps.p.Safe(), Acknowledged: ps.p.Acknowledged(),
-			HighWatermark: ps.hwm, Buffered: ps.count, InFlight: ps.inflight, Bytes: ps.bytes, Paused: ps.srcPaused,
-			Outstanding: outstanding, WindowFull: ps.paused && r.cfg.window-outstanding < r.pollChunk(),
-			OldestOffset: o.offset, OldestAge: o.age, OldestState: o.state, OldestAttempts: o.attempts, OldestError: o.err,
-		})
-	}
+	s := r.poll.snapshot(r.stats.spare[:0])
 	r.stats.mu.Lock()
 	old := r.stats.s.Partitions
 	r.stats.s = s

@@ -76,26 +76,6 @@ func (e *CommitError) Unwrap() []error {
 
 var errNoAnswer = errors.New("franz: the broker's answer did not include the partition")
 
-// sentCommit is a commit request that passed the ownership check (admit)
-// and has not been answered yet. done is closed once it was.
-type sentCommit struct {
-	tps  []runner.TP
-	done chan struct{}
-}
-
-// floor is the group's committed offset at the start of a rejoined
-// partition's assignment, which rejoin could not read (the partition then
-// starts from the client's own position, and another member may have
-// committed past it meanwhile). Commit reads it before it sends anything
-// for the partition and never sends an offset below it, so the member's
-// commits cannot move the group's offset back; records between the two are
-// handled again. Guarded by ownMu.
-type floor struct {
-	at     int64 // valid once read
-	read   bool
-	logged bool // the first offset below it was logged
-}
-
 // Commit commits offsets (the next offset to consume per partition)
 // synchronously with the group's current member id and generation, and
 // returns when the broker answered or ctx is done. Offsets of partitions
@@ -105,38 +85,13 @@ type floor struct {
 // every offset was acknowledged, and a *CommitError naming the partitions
 // otherwise. The runner calls it from one goroutine; calls never overlap.
 func (s *Source) Commit(ctx context.Context, offsets []runner.Offset) error {
-	var notOwned []runner.TP
-	send := make(map[string]map[int32]kgo.EpochOffset)
-	var floors map[runner.TP]*floor
 	member, _ := s.cl.GroupMetadata()
-	s.ownMu.Lock()
-	for _, o := range offsets {
-		if m, ok := s.owned[o.TP]; !ok || m != member {
-			notOwned = append(notOwned, o.TP)
-			continue
-		}
-		if f := s.floors[o.TP]; f != nil {
-			if floors == nil {
-				floors = make(map[runner.TP]*floor)
-			}
-			floors[o.TP] = f
-		}
-		ps := send[o.TP.Topic]
-		if ps == nil {
-			ps = make(map[int32]kgo.EpochOffset)
-			send[o.TP.Topic] = ps
-		}
-		// Epoch -1: tidemark's offsets are not tied to one record's
-		// leader epoch (a position past control records has none), so
-		// the next owner skips truncation detection for this commit.
-		ps[o.TP.Partition] = kgo.EpochOffset{Epoch: -1, Offset: o.Offset}
-	}
-	s.ownMu.Unlock()
+	owned, notOwned, floors := s.own.forCommit(member, offsets)
 	failed := make(map[runner.TP]error)
 	if len(floors) > 0 {
-		s.applyFloors(ctx, floors, send, failed)
+		owned = s.applyFloors(ctx, floors, owned, failed)
 	}
-	if len(send) > 0 {
+	if len(owned) > 0 {
 		// The check above is a first sort; the one that counts is
 		// admit's, made when franz-go issues the request, with the member
 		// id it carries (franz-go holds a commit while the group rejoins
@@ -144,15 +99,15 @@ func (s *Source) Commit(ctx context.Context, offsets []runner.Offset) error {
 		var sent *sentCommit
 		var refused []runner.TP
 		ctx = kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
-			sent, refused = s.admit(req)
+			sent, refused = s.own.admit(req)
 			if sent == nil {
 				return errAllRefused
 			}
 			return nil
 		})
-		s.commit(ctx, send, failed, func() {
+		s.commit(ctx, commitMap(owned), failed, func() {
 			if sent != nil {
-				s.settle(sent)
+				s.own.settle(sent)
 			}
 		})
 		for _, tp := range refused {
@@ -170,103 +125,73 @@ func (s *Source) Commit(ctx context.Context, offsets []runner.Offset) error {
 	return nil
 }
 
-// applyFloors reads the floors not read yet and takes out of send the
-// offsets at or below their floor, and those whose floor could not be read
-// (into failed: the runner sends them again with its next commit).
-func (s *Source) applyFloors(ctx context.Context, floors map[runner.TP]*floor, send map[string]map[int32]kgo.EpochOffset, failed map[runner.TP]error) {
-	s.ownMu.Lock()
-	unread := false
-	for _, f := range floors {
-		unread = unread || !f.read
+// commitMap is offsets as franz-go commits them.
+func commitMap(offsets []runner.Offset) map[string]map[int32]kgo.EpochOffset {
+	send := make(map[string]map[int32]kgo.EpochOffset)
+	for _, o := range offsets {
+		ps := send[o.TP.Topic]
+		if ps == nil {
+			ps = make(map[int32]kgo.EpochOffset)
+			send[o.TP.Topic] = ps
+		}
+		// Epoch -1: tidemark's offsets are not tied to one record's
+		// leader epoch (a position past control records has none), so
+		// the next owner skips truncation detection for this commit.
+		ps[o.TP.Partition] = kgo.EpochOffset{Epoch: -1, Offset: o.Offset}
 	}
-	s.ownMu.Unlock()
-	var resp kadm.OffsetResponses
-	var err error
-	if unread {
+	return send
+}
+
+// applyFloors reads the floors not read yet and returns owned without the
+// offsets below their partition's floor and those whose floor could not be
+// read (into failed: the runner sends them again with its next commit).
+// The read is a broker round trip, made without ownership's lock.
+func (s *Source) applyFloors(ctx context.Context, floors map[runner.TP]*floor, owned []runner.Offset, failed map[runner.TP]error) []runner.Offset {
+	var reads map[runner.TP]floorRead
+	if s.own.floorsUnread(floors) {
 		// Nothing was committed for these partitions since their
 		// assignment began (an unread floor holds back every commit), and
 		// no other member can commit while this one owns them: what the
 		// group holds now is what it held then.
-		resp, err = kadm.NewClient(s.cl).FetchOffsets(ctx, s.group)
-	}
-	s.ownMu.Lock()
-	defer s.ownMu.Unlock()
-	for tp, f := range floors {
-		if !f.read {
+		resp, err := kadm.NewClient(s.cl).FetchOffsets(ctx, s.group)
+		reads = make(map[runner.TP]floorRead, len(floors))
+		for tp := range floors {
 			o, ok := resp.Lookup(tp.Topic, tp.Partition)
 			switch {
 			case err != nil:
-				failed[tp] = fmt.Errorf("franz: reading the group's committed offset of rejoined %s before its first commit: %w", tp, err)
+				reads[tp] = floorRead{err: fmt.Errorf("franz: reading the group's committed offset of rejoined %s before its first commit: %w", tp, err)}
 			case ok && o.Err != nil:
-				failed[tp] = fmt.Errorf("franz: reading the group's committed offset of rejoined %s before its first commit: %w", tp, o.Err)
+				reads[tp] = floorRead{err: fmt.Errorf("franz: reading the group's committed offset of rejoined %s before its first commit: %w", tp, o.Err)}
 			default:
-				f.at, f.read = o.At, true // -1 when nothing is committed (or !ok)
+				reads[tp] = floorRead{at: o.At} // -1 when nothing is committed (or !ok)
 			}
 		}
-		ps := send[tp.Topic]
-		off := ps[tp.Partition].Offset
-		if f.read && off >= f.at {
-			continue
-		}
-		delete(ps, tp.Partition)
-		if len(ps) == 0 {
-			delete(send, tp.Topic)
-		}
-		if f.read && !f.logged {
-			f.logged = true
-			s.log.Info("not committing a rejoined partition behind the group's offset, which another member moved while this one was out of the group; records up to it are handled again",
-				"partition", tp.String(), "offset", off, "group_offset", f.at)
+	}
+	var floored []runner.Offset
+	for _, o := range owned {
+		if floors[o.TP] != nil {
+			floored = append(floored, o)
 		}
 	}
+	withheld := map[runner.TP]bool{}
+	for _, v := range s.own.applyFloors(floors, floored, reads) {
+		if !v.withhold {
+			continue
+		}
+		withheld[v.tp] = true
+		if v.err != nil {
+			failed[v.tp] = v.err
+		}
+		if v.logNow {
+			s.log.Info("not committing a rejoined partition behind the group's offset, which another member moved while this one was out of the group; records up to it are handled again",
+				"partition", v.tp.String(), "offset", v.offset, "group_offset", v.floor)
+		}
+	}
+	return slices.DeleteFunc(owned, func(o runner.Offset) bool { return withheld[o.TP] })
 }
 
 // errAllRefused stops a commit whose partitions admit refused all.
 var errAllRefused = fmt.Errorf("%w: no partition of the commit is owned", ErrNotOwned)
-
-// admit is the ownership check of a commit request, run by franz-go just
-// before it issues the request, with the member id and generation it
-// carries. It removes from req the partitions this member does not own
-// under that member id, and returns them. If any partition is left, it
-// registers the request as sent: disown waits for its answer before the
-// partitions it names count as given up (see ownMu). It returns a nil
-// *sentCommit when nothing is left to send.
-func (s *Source) admit(req *kmsg.OffsetCommitRequest) (*sentCommit, []runner.TP) {
-	var refused, kept []runner.TP
-	s.ownMu.Lock()
-	defer s.ownMu.Unlock()
-	topics := req.Topics[:0]
-	for _, t := range req.Topics {
-		ps := t.Partitions[:0]
-		for _, p := range t.Partitions {
-			tp := runner.TP{Topic: t.Topic, Partition: p.Partition}
-			if m, ok := s.owned[tp]; !ok || m != req.MemberID {
-				refused = append(refused, tp)
-				continue
-			}
-			kept = append(kept, tp)
-			ps = append(ps, p)
-		}
-		if t.Partitions = ps; len(ps) > 0 {
-			topics = append(topics, t)
-		}
-	}
-	req.Topics = topics
-	if len(kept) == 0 {
-		return nil, refused
-	}
-	sent := &sentCommit{tps: kept, done: make(chan struct{})}
-	s.sent[sent] = struct{}{}
-	return sent, refused
-}
-
-// settle marks a commit admit let through as answered (or abandoned: its
-// ctx ended).
-func (s *Source) settle(sent *sentCommit) {
-	s.ownMu.Lock()
-	delete(s.sent, sent)
-	s.ownMu.Unlock()
-	close(sent.done)
-}
 
 // commit sends one OffsetCommit and adds the partitions that were not
 // acknowledged to failed. answered runs once the outcome is known (or

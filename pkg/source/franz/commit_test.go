@@ -51,11 +51,11 @@ func holdCommit(t *testing.T, c *kafkatest.Cluster, group string) (held <-chan s
 func TestSlowCommitDoesNotStallFetching(t *testing.T) {
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", 2)
-	h := newHandled()
+	l := kafkatest.NewLedger()
 	// A commit on hold also holds the requests queued behind it on its
 	// connection (heartbeats among them): a long session keeps the member
 	// in the group meanwhile, and the commit timeout outlasts the test.
-	startMember(t, c, "g", []string{"t"}, record(h),
+	startMember(t, c, "g", []string{"t"}, l.Handler("", nil),
 		[]franz.Option{franz.SessionTimeout(30 * time.Second), franz.HeartbeatInterval(time.Second)},
 		runner.CommitTimeout(time.Minute))
 	// The commit of the first records is held.
@@ -72,10 +72,10 @@ func TestSlowCommitDoesNotStallFetching(t *testing.T) {
 		produce(c, "t", 2, 1, 1)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for h.count() < 22 && time.Now().Before(deadline) {
+	for l.Count() < 22 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	got := h.count() - 2
+	got := l.Count() - 2
 	release()
 	if got < 20 {
 		t.Fatalf("%d of 20 records handled in 5s while a commit was held at the broker: the poll waited for the commit", got)

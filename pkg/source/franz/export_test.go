@@ -11,19 +11,17 @@ import (
 
 // Own records tp as assigned under member, as onAssigned does.
 func (s *Source) Own(tp runner.TP, member string) {
-	s.ownMu.Lock()
-	s.owned[tp] = member
-	s.ownMu.Unlock()
+	s.own.assign(member, []runner.TP{tp})
 }
 
 // Admit runs the ownership check franz-go runs just before it issues a
 // commit request; answered marks the request answered.
 func (s *Source) Admit(req *kmsg.OffsetCommitRequest) (answered func(), refused []runner.TP) {
-	sent, refused := s.admit(req)
+	sent, refused := s.own.admit(req)
 	if sent == nil {
 		return func() {}, refused
 	}
-	return func() { s.settle(sent) }, refused
+	return func() { s.own.settle(sent) }, refused
 }
 
 // Lose is franz-go's OnPartitionsLost callback for tps.
@@ -135,4 +133,65 @@ func ParkedSize(recs []runner.Record) int64 { return parkedSize(recs) }
 // was held.
 func (s *Source) HandOver(ctx context.Context, sink runner.Sink, budget int) (n int, handed bool, err error) {
 	return s.hold.handOver(ctx, sink, budget)
+}
+
+// Ownership is the source's record of the partitions it owns, for its
+// unit tests; the methods below call ownership's.
+type Ownership = ownership
+
+func NewOwnership() *Ownership { return newOwnership() }
+
+func (o *ownership) Assign(member string, tps []runner.TP) []runner.TP { return o.assign(member, tps) }
+func (o *ownership) Rejoin(member string, tps, unread []runner.TP)     { o.rejoin(member, tps, unread) }
+func (o *ownership) AssignedBefore(member string, tps []runner.TP) (rest, earlier []runner.TP) {
+	return o.assignedBefore(member, tps)
+}
+func (o *ownership) Count() int             { return o.count() }
+func (o *ownership) Disown(tps []runner.TP) { o.disown(tps) }
+
+// Admit is admit; answered is settle for what it let through.
+func (o *ownership) Admit(req *kmsg.OffsetCommitRequest) (answered func(), refused []runner.TP) {
+	sent, refused := o.admit(req)
+	if sent == nil {
+		return nil, refused
+	}
+	return func() { o.settle(sent) }, refused
+}
+
+// FloorVerdict is what ApplyFloors decided for one offset.
+type FloorVerdict struct {
+	TP       runner.TP
+	Withheld bool
+	Err      error
+	Log      bool
+}
+
+// ForCommit is Commit's use of ownership without the broker: forCommit,
+// then, for the floored offsets, applyFloors with read standing for the
+// group's committed offsets (called only when a floor is unread, as
+// Commit reads them only then; reads reports whether it was called).
+func (o *ownership) ForCommit(member string, offsets []runner.Offset, read func(runner.TP) (int64, error)) (owned []runner.Offset, notOwned []runner.TP, floors []FloorVerdict, reads bool) {
+	owned, notOwned, fl := o.forCommit(member, offsets)
+	if len(fl) == 0 {
+		return owned, notOwned, nil, false
+	}
+	var rs map[runner.TP]floorRead
+	if o.floorsUnread(fl) {
+		reads = true
+		rs = map[runner.TP]floorRead{}
+		for tp := range fl {
+			at, err := read(tp)
+			rs[tp] = floorRead{at: at, err: err}
+		}
+	}
+	var floored []runner.Offset
+	for _, off := range owned {
+		if fl[off.TP] != nil {
+			floored = append(floored, off)
+		}
+	}
+	for _, v := range o.applyFloors(fl, floored, rs) {
+		floors = append(floors, FloorVerdict{TP: v.tp, Withheld: v.withhold, Err: v.err, Log: v.logNow})
+	}
+	return owned, notOwned, floors, reads
 }

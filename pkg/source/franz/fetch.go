@@ -22,10 +22,7 @@ import (
 // Four: the no-op benchmark gained nothing more from sixteen, and
 // TestBoundedMemory's heap grew from 21 to 59 MiB with it.
 func (s *Source) holdCap(room int) int {
-	s.ownMu.Lock()
-	owned := len(s.owned)
-	s.ownMu.Unlock()
-	open := owned - s.flow.pausedCount()
+	open := s.own.count() - s.flow.pausedCount()
 	return max(4*room*max(open, 1), s.cfg.maxPollRecords)
 }
 

@@ -29,10 +29,12 @@ import (
 // mu guards every field but fc (set before Run) and resumed. Each method
 // takes mu and releases it before it returns, but applyLocked, which its
 // caller (startPoll) calls with mu held. mu is held across the client's
-// PauseFetchPartitions and ResumeFetchPartitions, which only update the
-// client's paused set, and never across I/O or a call into the runner.
-// The hold's lock is taken before mu, never after: flow calls nothing of
-// the hold's.
+// PauseFetchPartitions and ResumeFetchPartitions, which send no request
+// (franz-go v1.22.3: they swap the client's paused set under its own lock,
+// which nothing else in the client holds, and a resume wakes the fetch
+// loops that have nothing to do), and never across I/O or a call into the
+// runner. The hold's lock is taken before mu, never after: flow calls
+// nothing of the hold's.
 type flow struct {
 	fc fetchControl
 
@@ -151,7 +153,10 @@ func (f *flow) endPoll() {
 // Run already took for them (they are kept, not fetched again); records of
 // tps the client buffered but Run did not take yet are dropped by the
 // client and fetched again after Resume. The client is told with Run's
-// next poll (see flow). It does not block.
+// next poll (see flow). It does not block, and may be called from inside
+// any Sink call the source makes (the runner pauses partitions before
+// Fetched and Assigned return): the source holds no lock Pause takes
+// across a Sink call.
 func (s *Source) Pause(tps []runner.TP) {
 	if len(tps) == 0 {
 		return
@@ -162,7 +167,7 @@ func (s *Source) Pause(tps []runner.TP) {
 // Resume starts fetching tps again, which takes effect with the next fetch
 // request to their broker (within FetchMaxWait), and hands over the records
 // Run holds for them at once; either ends a poll Run waits in. It does not
-// block.
+// block, and may be called from inside any Sink call, as Pause.
 func (s *Source) Resume(tps []runner.TP) {
 	if len(tps) == 0 {
 		return

@@ -31,50 +31,6 @@ func produce(c *kafkatest.Cluster, topic string, partitions int32, perPartition,
 	})...)
 }
 
-// handled records every handler call.
-type handled struct {
-	mu    sync.Mutex
-	byTP  map[runner.TP][]int64
-	byKey map[string][]int64
-	n     int
-}
-
-func newHandled() *handled {
-	return &handled{byTP: map[runner.TP][]int64{}, byKey: map[string][]int64{}}
-}
-
-func (h *handled) add(rec runner.Record) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.byTP[rec.TP()] = append(h.byTP[rec.TP()], rec.Offset)
-	h.byKey[rec.TP().String()+"|"+string(rec.Key)] = append(h.byKey[rec.TP().String()+"|"+string(rec.Key)], rec.Offset)
-	h.n++
-}
-
-func (h *handled) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.n
-}
-
-// distinct returns the distinct offsets handled per partition, over hs.
-func distinct(hs ...*handled) map[runner.TP]map[int64]bool {
-	out := map[runner.TP]map[int64]bool{}
-	for _, h := range hs {
-		h.mu.Lock()
-		for tp, offs := range h.byTP {
-			if out[tp] == nil {
-				out[tp] = map[int64]bool{}
-			}
-			for _, o := range offs {
-				out[tp][o] = true
-			}
-		}
-		h.mu.Unlock()
-	}
-	return out
-}
-
 // member is one runner over one spied franz Source.
 type member struct {
 	*kafkatest.Member
@@ -105,13 +61,6 @@ func startMember(t *testing.T, c *kafkatest.Cluster, group string, topics []stri
 	return &member{Member: kafkatest.Start(t, "", src, 15*time.Second, append(opts, ropts...)...), src: src}
 }
 
-func record(h *handled) runner.Handler {
-	return func(_ context.Context, rec runner.Record) error {
-		h.add(rec)
-		return nil
-	}
-}
-
 // TestConsumeCommitsEnd: one runner consumes every keyed record once, in
 // per-key offset order, and commits the end offsets, with each group
 // protocol the adapter offers.
@@ -131,19 +80,17 @@ func TestConsumeCommitsEnd(t *testing.T) {
 			c := kafkatest.NewFake(t)
 			c.CreateTopic("orders", parts)
 			produce(c, "orders", parts, per, 7)
-			h := newHandled()
-			m := startMember(t, c, "g", []string{"orders"}, record(h), tc.opts)
-			kafkatest.WaitFor(t, 20*time.Second, "every record handled", func() bool { return h.count() >= parts*per })
+			l := kafkatest.NewLedger()
+			m := startMember(t, c, "g", []string{"orders"}, l.Handler("", nil), tc.opts)
+			kafkatest.WaitFor(t, 20*time.Second, "every record handled", func() bool { return l.Count() >= parts*per })
 			kafkatest.WaitFor(t, 10*time.Second, "committed == end offsets", c.AtEnd("g", "orders"))
 			m.Stop(t)
 
-			if n := h.count(); n != parts*per {
-				t.Errorf("handled %d records, want exactly %d", n, parts*per)
+			if err := l.ExactlyOnce("orders", kafkatest.Uniform(parts, per)); err != nil {
+				t.Error(err)
 			}
-			for key, offs := range h.byKey {
-				if !slices.IsSorted(offs) {
-					t.Errorf("key %s handled out of offset order: %v", key, offs)
-				}
+			if err := l.KeyOrder(); err != nil {
+				t.Error(err)
 			}
 			for p, end := range c.Ends("orders") {
 				if end != per {
@@ -161,17 +108,17 @@ func TestTwoMembersShare(t *testing.T) {
 	const parts = 4
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", parts)
-	h1, h2 := newHandled(), newHandled()
-	m1 := startMember(t, c, "g", []string{"t"}, record(h1), nil)
-	m2 := startMember(t, c, "g", []string{"t"}, record(h2), nil)
+	l := kafkatest.NewLedger()
+	m1 := startMember(t, c, "g", []string{"t"}, l.Handler("1", nil), nil)
+	m2 := startMember(t, c, "g", []string{"t"}, l.Handler("2", nil), nil)
 	kafkatest.WaitFor(t, 20*time.Second, "both members own partitions", func() bool {
 		a, b := m1.Spy.Owned(), m2.Spy.Owned()
 		return len(a) > 0 && len(b) > 0 && len(a)+len(b) == parts
 	})
 	produce(c, "t", parts, 100, 5)
-	kafkatest.WaitFor(t, 20*time.Second, "first batch handled", func() bool { return h1.count()+h2.count() >= parts*100 })
-	if h1.count() == 0 || h2.count() == 0 {
-		t.Fatalf("members handled %d and %d records; want both > 0", h1.count(), h2.count())
+	kafkatest.WaitFor(t, 20*time.Second, "first batch handled", func() bool { return l.Count() >= parts*100 })
+	if l.CountBy("1") == 0 || l.CountBy("2") == 0 {
+		t.Fatalf("members handled %d and %d records; want both > 0", l.CountBy("1"), l.CountBy("2"))
 	}
 
 	m1.Stop(t)
@@ -180,14 +127,8 @@ func TestTwoMembersShare(t *testing.T) {
 	kafkatest.WaitFor(t, 20*time.Second, "committed == end offsets", c.AtEnd("g", "t"))
 	m2.Stop(t)
 
-	all := distinct(h1, h2)
-	for p := range int32(parts) {
-		tp := runner.TP{Topic: "t", Partition: p}
-		for off := range int64(200) {
-			if !all[tp][off] {
-				t.Errorf("%s@%d never handled", tp, off)
-			}
-		}
+	if err := l.AtLeastOnce("t", kafkatest.Uniform(parts, 200)); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -199,12 +140,12 @@ func TestDeadLetter(t *testing.T) {
 	c.CreateTopic("in", 1)
 	c.CreateTopic("dlq", 1)
 	produce(c, "in", 1, 10, 10)
-	h := newHandled()
+	l := kafkatest.NewLedger()
 	fail := func(ctx context.Context, rec runner.Record) error {
 		if string(rec.Key) == "k0-3" {
 			return errors.New("boom")
 		}
-		h.add(rec)
+		l.Add("", rec)
 		return nil
 	}
 	m := startMember(t, c, "g", []string{"in"}, fail, nil,
@@ -239,8 +180,8 @@ func TestDeadLetter(t *testing.T) {
 			t.Errorf("dead letter header %s = %q, want %q (headers %v)", k, hdr[k], want, hdr)
 		}
 	}
-	if h.count() != 9 {
-		t.Errorf("handled %d records, want 9", h.count())
+	if l.Count() != 9 {
+		t.Errorf("handled %d records, want 9", l.Count())
 	}
 }
 
@@ -492,31 +433,15 @@ func TestTransactions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var mu sync.Mutex
-	got := map[string]int{}
-	h := func(_ context.Context, rec runner.Record) error {
-		mu.Lock()
-		got[string(rec.Value)]++
-		mu.Unlock()
-		return nil
-	}
-	m := startMember(t, c, "g", []string{"tx"}, h, nil)
+	l := kafkatest.NewLedger()
+	m := startMember(t, c, "g", []string{"tx"}, l.Handler("", nil), nil)
 	kafkatest.WaitFor(t, 20*time.Second, "committed == end offset", c.AtEnd("g", "tx"))
 	m.Stop(t)
 	if end := c.Ends("tx")[0]; end != 24 {
 		t.Errorf("end offset %d, want 24 (20 records and 4 markers)", end)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for v, n := range got {
-		if !want[v] {
-			t.Errorf("handled %s from an aborted transaction", v)
-		} else if n != 1 {
-			t.Errorf("handled %s %d times", v, n)
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("handled %d distinct committed records, want %d", len(got), len(want))
+	if err := l.ValuesOnce(want); err != nil {
+		t.Errorf("%v (committed transactions' records are wanted once, aborted ones never)", err)
 	}
 }
 
@@ -625,6 +550,39 @@ func TestNewValidates(t *testing.T) {
 		t.Fatalf("New with a later valid SeedBrokers: %v", err)
 	}
 	src.Close()
+}
+
+// TestNewArgumentMessages: New's messages for bad arguments and balancer
+// lists, word for word, and which of two bad arguments it names first. An
+// empty broker address is refused: franz-go would dial it as localhost:9092.
+func TestNewArgumentMessages(t *testing.T) {
+	cases := []struct {
+		brokers []string
+		group   string
+		topics  []string
+		opts    []franz.Option
+		want    string
+	}{
+		{nil, "", nil, nil, "franz: option brokers: no seed broker"},
+		{[]string{"x:1"}, "", nil, nil, "franz: option group: empty group"},
+		{[]string{"x:1"}, "g", nil, nil, "franz: option topics: no topic"},
+		{[]string{"x:1", ""}, "g", []string{"t"}, nil, "franz: option brokers: broker 1 is empty"},
+		{[]string{"x:1"}, "g", []string{"t", ""}, nil, "franz: option topics: topic 1 is empty"},
+		{[]string{"x:1"}, "g", []string{"t", "u", "t", ""}, nil, `franz: option topics: topic "t" given twice`},
+		{[]string{"x:1"}, "g", []string{"t"}, []franz.Option{franz.Balancer()}, "franz: option Balancer: no balancer given"},
+		{[]string{"x:1"}, "g", []string{"t"}, []franz.Option{franz.Balancer(kgo.RangeBalancer(), nil)}, "franz: option Balancer: balancer 1 is nil"},
+	}
+	for _, tc := range cases {
+		src, err := franz.New(tc.brokers, tc.group, tc.topics, append([]franz.Option{franz.Logger(kafkatest.Logger(t))}, tc.opts...)...)
+		if err == nil {
+			src.Close()
+			t.Errorf("New(%q, %q, %q) accepted it, want %q", tc.brokers, tc.group, tc.topics, tc.want)
+			continue
+		}
+		if err.Error() != tc.want {
+			t.Errorf("New(%q, %q, %q): %q, want %q", tc.brokers, tc.group, tc.topics, err, tc.want)
+		}
+	}
 }
 
 // recSink is a Sink without a runner that records ownership reports.

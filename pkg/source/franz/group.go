@@ -3,7 +3,6 @@ package franz
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -28,7 +27,7 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 	// franz-go calls this at the start of every group session, after the
 	// revokes. Partitions still owned were kept by this session's
 	// assignment. Those kept under the current member id continue as they
-	// are. Those assigned under an earlier member id (see owned) were not
+	// are. Those assigned under an earlier member id (see ownership) were not
 	// ours in between: the coordinator removed this member (its session
 	// expired, e.g. while the process was stopped) and it rejoined under a
 	// new id, but franz-go keeps the partitions as if nothing happened. In
@@ -36,21 +35,9 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 	// committed past them and taken their inbox leases. They are lost and
 	// assigned anew (rejoined).
 	member, gen := s.cl.GroupMetadata()
-	s.ownMu.Lock()
-	var rejoined []runner.TP
-	for tp, m := range s.owned {
-		if m != member && !slices.Contains(tps, tp) {
-			rejoined = append(rejoined, tp)
-		}
-	}
-	for _, tp := range tps {
-		s.owned[tp] = member
-		delete(s.floors, tp) // franz-go fetched the start: no floor
-	}
-	s.ownMu.Unlock()
+	rejoined := s.own.assign(member, tps)
 	starts := map[runner.TP]int64{}
 	if len(rejoined) > 0 {
-		sortTPs(rejoined)
 		starts = s.rejoin(rejoined, member)
 		tps = append(tps, rejoined...)
 	}
@@ -148,14 +135,7 @@ func (s *Source) rejoin(tps []runner.TP, member string) map[runner.TP]int64 {
 		// records (BlockRebalanceOnPoll) and no revoke can run.
 		s.cl.SetOffsets(set)
 	}
-	s.ownMu.Lock()
-	for _, tp := range tps {
-		s.owned[tp] = member
-	}
-	for _, tp := range unread {
-		s.floors[tp] = &floor{}
-	}
-	s.ownMu.Unlock()
+	s.own.rejoin(member, tps, unread)
 	return starts
 }
 
@@ -171,16 +151,7 @@ func (s *Source) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string]
 	// Partitions assigned under an earlier member id were lost when the
 	// member was removed; franz-go reports them here after rejoining.
 	member, _ := s.cl.GroupMetadata()
-	var lost []runner.TP
-	s.ownMu.Lock()
-	tps = slices.DeleteFunc(tps, func(tp runner.TP) bool {
-		if m, ok := s.owned[tp]; ok && m != member {
-			lost = append(lost, tp)
-			return true
-		}
-		return false
-	})
-	s.ownMu.Unlock()
+	tps, lost := s.own.assignedBefore(member, tps)
 	if len(lost) > 0 {
 		s.onLost(context.Background(), s.cl, mapOf(lost))
 	}
@@ -200,19 +171,19 @@ func (s *Source) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string]
 			s.log.Warn("revoke drain ended with an error", "partitions", tpStrings(tps), "err", err)
 		}
 	}
-	s.disown(tps)
+	s.own.disown(tps)
 }
 
 // onLost drops partitions whose ownership is gone (the session expired or
-// was fenced): ownership first (disown), so nothing more is committed for
-// them, not even a commit already on its way; then the runner, which
-// cancels their handlers.
+// was fenced): ownership first (ownership.disown), so nothing more is
+// committed for them, not even a commit already on its way; then the
+// runner, which cancels their handlers.
 func (s *Source) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	tps := tpsOf(lost)
 	if len(tps) == 0 {
 		return
 	}
-	s.disown(tps)
+	s.own.disown(tps)
 	s.hold.drop(tps)
 	s.log.Warn("partitions lost; nothing more is committed for them", "partitions", tpStrings(tps))
 	if sink, ctx := s.sinkOf(); sink != nil {
@@ -226,33 +197,6 @@ func (s *Source) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int3
 // Run's ctx) has stopped, which the callbacks expect during Close.
 func benign(ctx context.Context, err error) bool {
 	return err == nil || errors.Is(err, runner.ErrStopped) || ctx.Err() != nil
-}
-
-// disown gives up tps: no commit for them is admitted from now on, and it
-// returns once every commit admitted before that named one of them was
-// answered (see ownMu).
-func (s *Source) disown(tps []runner.TP) {
-	var wait []chan struct{}
-	s.ownMu.Lock()
-	for _, tp := range tps {
-		delete(s.owned, tp)
-		delete(s.floors, tp)
-	}
-	if len(s.sent) > 0 {
-		gone := make(map[runner.TP]bool, len(tps))
-		for _, tp := range tps {
-			gone[tp] = true
-		}
-		for c := range s.sent {
-			if slices.ContainsFunc(c.tps, func(tp runner.TP) bool { return gone[tp] }) {
-				wait = append(wait, c.done)
-			}
-		}
-	}
-	s.ownMu.Unlock()
-	for _, done := range wait {
-		<-done
-	}
 }
 
 func tpsOf(m map[string][]int32) []runner.TP {

@@ -23,9 +23,10 @@ import (
 // before it returns, and none holds it across a call into the runner or
 // across I/O: the runner calls Pause and Resume while Run waits in
 // Sink.Fetched, and the client's callbacks drop partitions meanwhile. mu
-// is held across the client's SetOffsets (polled), which moves the
-// client's fetch positions and asks nothing of a broker. mu is taken
-// before flow's lock, never after.
+// is held across the client's SetOffsets (polled), which sends no request
+// (see polled for what it waits for, and why it stays under mu). mu is
+// taken before flow's lock, never after; Pause and Resume take only
+// flow's, so they never wait for mu.
 //
 // No record of an ended assignment reaches the runner after it heard of
 // the end: the revoke, loss and assign callbacks drop the records of
@@ -260,6 +261,21 @@ func (h *hold) polled(batches []runner.Batch) {
 		tps = append(tps, tp)
 	}
 	clear(h.refetch)
+	// SetOffsets under mu, so that a drop of these partitions (which
+	// takes mu) comes wholly before or after it: a drop that went between
+	// taking refetch and SetOffsets could see the offsets set after the
+	// partition was assigned anew, where franz-go would start the new
+	// assignment from them instead of its committed offset. This holds
+	// no lock across I/O: in franz-go v1.22.3 SetOffsets sends no request.
+	// It takes the consumer's and the group's locks (held elsewhere in the
+	// client only for in-memory work), cancels the consumer session, waits
+	// for the session's fetch and offset-loading goroutines to stop (their
+	// requests end at once: franz-go sets the connection's deadline to
+	// now when a request's ctx ends), and starts a new one. None of those
+	// goroutines calls into the source but for the fetch-batch hook,
+	// which takes only limMu; and the callbacks, the only other takers of
+	// mu, run under none of those locks (franz-go calls them outside
+	// them).
 	h.cl.SetOffsets(set)
 	h.flow.refetched(tps) // may be fetched again from the next poll
 }

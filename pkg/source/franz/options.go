@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/pkg/source/internal/args"
 )
 
 // Option configures a Source.
@@ -173,13 +175,8 @@ func (c *config) validate() error {
 		return bad("InstanceID", "empty instance id")
 	}
 	if c.balancerSet {
-		if len(c.balancers) == 0 {
-			return bad("Balancer", "no balancer given")
-		}
-		for i, b := range c.balancers {
-			if b == nil {
-				return bad("Balancer", "balancer %d is nil", i)
-			}
+		if reason := args.Balancers(c.balancers); reason != "" {
+			return &ConfigError{Option: "Balancer", Reason: reason}
 		}
 	}
 	switch {

@@ -14,12 +14,32 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/source/internal/args"
 )
 
 // Source is a runner.Source and runner.DeadLetterWriter over one franz-go
 // client that is a member of one consumer group. Create it with New and hand
 // it to runner.New; the runner calls Run, Pause, Resume, Commit and Close.
-// Its methods are safe for concurrent use. A Source runs once.
+// Its methods are safe for concurrent use. Pause and Resume never block, and
+// may be called from inside any Sink call Run or the group callbacks make
+// (the runner pauses partitions before Fetched and Assigned return); Commit
+// may run while Run waits in Sink.Fetched. A Source runs once.
+//
+// Its locks, each owned by one type, taken and released within one of its
+// methods, and never held across a broker round trip or a call into the
+// runner's Sink:
+//
+//   - hold.mu: the records taken from the client and not handed over (see
+//     hold). Taken before flow.mu, never after. Held across SetOffsets,
+//     which sends no request (see hold.polled).
+//   - flow.mu: what the runner paused and what the client was told (see
+//     flow). Held across PauseFetchPartitions and ResumeFetchPartitions,
+//     which send no request.
+//   - ownership.mu: the partitions owned and the commits admitted for them
+//     (see ownership). Nothing is called under it.
+//   - limMu: the fetch sizes (LimitFetch, fitBrokers, expansionHook). Held
+//     across UpdateFetchMaxBytes, which stores two atomics.
+//   - mu: sink and runCtx. Nothing is called under it.
 type Source struct {
 	cl     *kgo.Client
 	cfg    config
@@ -46,54 +66,15 @@ type Source struct {
 	closeOnce sync.Once
 
 	// mu guards sink and runCtx, which Run sets before it subscribes to the
-	// topics, so that no partition callback can run without them. runCtx is
+	// topics, so that no partition callback can run without them; it is
+	// held only to read or set them (sinkOf). runCtx is
 	// Run's ctx, kept because franz-go calls the callbacks on its own
 	// goroutines and their Sink calls must end with Run.
 	mu     sync.Mutex
 	sink   runner.Sink
 	runCtx context.Context
 
-	// ownMu guards owned, the partitions the group gave this member and
-	// neither revoked nor lost since, and sent, the commits whose
-	// ownership check passed and that are not answered yet. It is held
-	// only for those maps, never across a call to the broker: the poll
-	// path takes it too.
-	//
-	// In the classic protocol the broker does not check that a committing
-	// member owns the partition, only that its member id and generation are
-	// current. When the session is lost, franz-go calls OnPartitionsLost and
-	// then rejoins with a new generation; a commit that was still waiting
-	// (for the coordinator, or for the join to finish) would go out under
-	// the new generation for a partition that now belongs to another member
-	// and rewind that member's progress. So the ownership check of a commit
-	// runs when franz-go issues the request (admit, through
-	// kgo.PreCommitFnContext), against the member id the request carries:
-	// it drops the partitions not owned under it and registers the rest
-	// in sent. onLost removes the partitions from owned first (disown),
-	// then waits, without the lock, for every sent commit that names one
-	// of them to be answered, and only then tells the runner. A commit
-	// admitted before carries the member id and generation under which we
-	// still owned the partitions (the broker rejects it, or, if they are
-	// still current, accepts it for a partition nobody else can own in that
-	// generation); every later one finds them not owned and drops them.
-	// That makes invariant 4 (after Lost, nothing is committed for the
-	// partition) hold at the broker, not only in the runner's table: once
-	// onLost returns no commit for the partitions can go out, not even one
-	// that was already waiting. The wait lasts at most one commit round
-	// trip, bounded by the commit's ctx.
-	//
-	// owned maps each partition to the member id it was assigned under.
-	// When a commit is refused because the member was removed from the
-	// group (UNKNOWN_MEMBER_ID), franz-go rejoins under a new member id and
-	// then reports the partitions it no longer has as revoked, not lost;
-	// by then its commits carry the new member id and generation, which
-	// the coordinator accepts. Comparing the member ids tells the two
-	// apart: partitions assigned under an earlier member id are lost, and
-	// no commit for them may go out under the new one (see admit).
-	ownMu  sync.Mutex
-	owned  map[runner.TP]string
-	sent   map[*sentCommit]struct{}
-	floors map[runner.TP]*floor // rejoined partitions whose committed offset rejoin could not read
+	own *ownership // the partitions this member owns, and the commits sent for them
 
 	// recBufs are emptied (and cleared) record buffers, reused by the
 	// next poll (Run's goroutine only): the runner copies the records it is
@@ -121,21 +102,8 @@ var ErrNotOwned = errors.New("franz: partition not owned by this member")
 // returns a *ConfigError naming the first invalid argument or option, or the
 // client's error for invalid ClientOptions. Close releases the client.
 func New(brokers []string, group string, topics []string, opts ...Option) (*Source, error) {
-	switch {
-	case len(brokers) == 0:
-		return nil, &ConfigError{Option: "brokers", Reason: "no seed broker"}
-	case group == "":
-		return nil, &ConfigError{Option: "group", Reason: "empty group"}
-	case len(topics) == 0:
-		return nil, &ConfigError{Option: "topics", Reason: "no topic"}
-	}
-	for i, t := range topics {
-		if t == "" {
-			return nil, &ConfigError{Option: "topics", Reason: fmt.Sprintf("topic %d is empty", i)}
-		}
-		if slices.Contains(topics[:i], t) {
-			return nil, &ConfigError{Option: "topics", Reason: fmt.Sprintf("topic %q given twice", t)}
-		}
+	if p := args.Check(brokers, group, topics); p != nil {
+		return nil, &ConfigError{Option: p.Option, Reason: p.Reason}
 	}
 	cfg := defaults()
 	for _, o := range opts {
@@ -150,9 +118,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		topics: slices.Clone(topics),
 		log:    cfg.logger.With("component", "tidemark.franz", "group", group),
 		closed: make(chan struct{}),
-		owned:  map[runner.TP]string{},
-		sent:   map[*sentCommit]struct{}{},
-		floors: map[runner.TP]*floor{},
+		own:    newOwnership(),
 	}
 
 	// Overridable defaults first, then the caller's client options, then
@@ -360,8 +326,9 @@ func (s *Source) WriteDeadLetter(ctx context.Context, topic string, rec runner.R
 // finish (a dynamic member sends LeaveGroup so its partitions move at once;
 // a static member, see InstanceID, does not). The runner calls it after its
 // final commit; the revoke franz-go reports while leaving reaches a stopped
-// runner and returns at once. Close is safe to call more than once; later
-// calls return at once. Run returns after Close.
+// runner and returns at once. Close is safe to call more than once: a call
+// after the first returned returns at once, one concurrent with it waits
+// for it. Run returns after Close.
 func (s *Source) Close() error {
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)

@@ -124,25 +124,10 @@ func TestHandOverManyPartitions(t *testing.T) {
 
 	src := newSource(t, c, "many", kafkago.MaxWait(100*time.Millisecond))
 	sink := &handOvers{release: make(chan struct{}), entered: make(chan struct{})}
-	l := newLedger()
-	r, err := runner.New(&handOverSource{Source: src, sink: sink}, runner.Handle("many", l.handler(nil)),
+	l := kafkatest.NewLedger()
+	m := kafkatest.Start(t, "", &handOverSource{Source: src, sink: sink}, 10*time.Second, runner.Handle("many", l.Handler("", nil)),
 		runner.Logger(kafkatest.Logger(t)), runner.CommitInterval(20*time.Millisecond))
-	if err != nil {
-		src.Close()
-		t.Fatalf("runner.New: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := r.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer m.Stop(t)
 
 	// Hold the first hand-over until the broker answered every
 	// partition's first fetch.
@@ -153,8 +138,8 @@ func TestHandOverManyPartitions(t *testing.T) {
 		t.Fatal("not every partition was fetched within 10s")
 	}
 	close(sink.release)
-	kafkatest.WaitFor(t, 10*time.Second, "every record handled", func() bool { return l.count() == partitions*per })
-	if err := l.exactlyOnce("many", partitions, per); err != nil {
+	kafkatest.WaitFor(t, 10*time.Second, "every record handled", func() bool { return l.Count() == partitions*per })
+	if err := l.ExactlyOnce("many", kafkatest.Uniform(partitions, per)); err != nil {
 		t.Fatal(err)
 	}
 	calls, total := sink.seen()
@@ -195,26 +180,13 @@ func TestPauseKeepsFetched(t *testing.T) {
 
 	src := newSource(t, c, "paused", kafkago.MaxWait(100*time.Millisecond))
 	pc := &pauseCounter{Source: src, pauses: map[runner.TP]int{}}
-	l := newLedger()
-	r, err := runner.New(pc, runner.Handle("paused", l.handler(func(runner.Record) { time.Sleep(100 * time.Microsecond) })),
+	l := kafkatest.NewLedger()
+	m := kafkatest.Start(t, "", pc, 10*time.Second, runner.Handle("paused", l.Handler("", func(context.Context, runner.Record) error { time.Sleep(100 * time.Microsecond); return nil })),
 		runner.Logger(kafkatest.Logger(t)), runner.CommitInterval(20*time.Millisecond),
 		runner.WaterMarks(20, 10), runner.Concurrency(4))
-	if err != nil {
-		src.Close()
-		t.Fatalf("runner.New: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	kafkatest.WaitFor(t, 20*time.Second, "every record handled", func() bool { return l.count() == partitions*per })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.Shutdown(ctx); err != nil {
-		t.Errorf("Shutdown: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
-	if err := l.exactlyOnce("paused", partitions, per); err != nil {
+	kafkatest.WaitFor(t, 20*time.Second, "every record handled", func() bool { return l.Count() == partitions*per })
+	m.Stop(t)
+	if err := l.ExactlyOnce("paused", kafkatest.Uniform(partitions, per)); err != nil {
 		t.Fatal(err)
 	}
 	fetches.mu.Lock()

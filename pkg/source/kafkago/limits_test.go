@@ -1,9 +1,7 @@
 package kafkago_test
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"math"
 	"strings"
@@ -59,23 +57,10 @@ func (fs *fetchSizes) seen() []int32 {
 // down.
 func runFor(t *testing.T, src runner.Source, topic string, cond func() bool, opts ...runner.Option) {
 	t.Helper()
-	r, err := runner.New(src, append([]runner.Option{runner.Handle(topic, func(context.Context, runner.Record) error { return nil }),
+	m := kafkatest.Start(t, "", src, 10*time.Second, append([]runner.Option{runner.Handle(topic, func(context.Context, runner.Record) error { return nil }),
 		runner.Logger(kafkatest.Logger(t)), runner.CommitInterval(20 * time.Millisecond)}, opts...)...)
-	if err != nil {
-		src.Close()
-		t.Fatalf("runner.New: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
 	kafkatest.WaitFor(t, 10*time.Second, "the condition", cond)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.Shutdown(ctx); err != nil {
-		t.Errorf("Shutdown: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
+	m.Stop(t)
 }
 
 func newSource(t *testing.T, c *kafkatest.Cluster, topic string, opts ...kafkago.Option) *kafkago.Source {
@@ -152,8 +137,8 @@ func TestLimitFetchShrinks(t *testing.T) {
 		t.Fatalf("produce: %v", err)
 	}
 	sizes := watchSizes(c, "tiny")
-	var logs syncBuffer
-	src := newSource(t, c, "tiny", kafkago.Logger(newTextLogger(&logs)))
+	var logs kafkatest.LogBuffer
+	src := newSource(t, c, "tiny", kafkago.Logger(logs.Logger(slog.LevelWarn)))
 	runFor(t, src, "tiny", func() bool { return len(sizes.seen()) >= 2 },
 		runner.MaxBufferedBytes(16<<20), runner.WaterMarks(1000, 500), runner.ByteWaterMarks(1<<20, 512<<10), runner.RecordShape(1024, 1))
 	got := sizes.seen()
@@ -190,28 +175,6 @@ func TestLimitFetchRejects(t *testing.T) {
 	if err := src.LimitFetch(runner.FetchLimits{Bytes: 1 << 20, MinRecordBytes: 64, MaxCompression: 4}); err != nil {
 		t.Errorf("LimitFetch of valid limits: %v", err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func newTextLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // unlimited hides the Source's LimitFetch from the runner.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	kafka "github.com/segmentio/kafka-go"
+
+	"github.com/tidemark/tidemark/pkg/source/internal/args"
 )
 
 // Option configures a Source.
@@ -189,13 +191,8 @@ func (c *config) validate() error {
 		return bad("Logger", "nil logger")
 	}
 	if c.balancerSet {
-		if len(c.balancers) == 0 {
-			return bad("Balancers", "no balancer given")
-		}
-		for i, b := range c.balancers {
-			if b == nil {
-				return bad("Balancers", "balancer %d is nil", i)
-			}
+		if reason := args.Balancers(c.balancers); reason != "" {
+			return &ConfigError{Option: "Balancers", Reason: reason}
 		}
 	}
 	return nil

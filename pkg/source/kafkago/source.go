@@ -16,6 +16,7 @@ import (
 	kafka "github.com/segmentio/kafka-go"
 
 	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/source/internal/args"
 )
 
 // Source is a runner.Source and runner.DeadLetterWriter over a kafka-go
@@ -108,26 +109,8 @@ var ErrLost = errors.New("kafkago: partitions lost: the member is no longer in t
 // called. It connects to nothing yet. It returns a *ConfigError naming the
 // first invalid argument or option. Close releases the connections.
 func New(brokers []string, group string, topics []string, opts ...Option) (*Source, error) {
-	switch {
-	case len(brokers) == 0:
-		return nil, &ConfigError{Option: "brokers", Reason: "no seed broker"}
-	case group == "":
-		return nil, &ConfigError{Option: "group", Reason: "empty group"}
-	case len(topics) == 0:
-		return nil, &ConfigError{Option: "topics", Reason: "no topic"}
-	}
-	for i, b := range brokers {
-		if b == "" {
-			return nil, &ConfigError{Option: "brokers", Reason: fmt.Sprintf("broker %d is empty", i)}
-		}
-	}
-	for i, t := range topics {
-		if t == "" {
-			return nil, &ConfigError{Option: "topics", Reason: fmt.Sprintf("topic %d is empty", i)}
-		}
-		if slices.Contains(topics[:i], t) {
-			return nil, &ConfigError{Option: "topics", Reason: fmt.Sprintf("topic %q given twice", t)}
-		}
+	if p := args.Check(brokers, group, topics); p != nil {
+		return nil, &ConfigError{Option: p.Option, Reason: p.Reason}
 	}
 	cfg := defaults()
 	for _, o := range opts {

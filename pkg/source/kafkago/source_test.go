@@ -3,7 +3,6 @@ package kafkago_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -20,6 +19,38 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestNewArgumentMessages: New's messages for bad arguments and balancer
+// lists, word for word, and which of two bad arguments it names first.
+func TestNewArgumentMessages(t *testing.T) {
+	cases := []struct {
+		brokers []string
+		group   string
+		topics  []string
+		opts    []kafkago.Option
+		want    string
+	}{
+		{nil, "", nil, nil, "kafkago: option brokers: no seed broker"},
+		{[]string{"x:1"}, "", nil, nil, "kafkago: option group: empty group"},
+		{[]string{"x:1"}, "g", nil, nil, "kafkago: option topics: no topic"},
+		{[]string{"x:1", ""}, "g", []string{""}, nil, "kafkago: option brokers: broker 1 is empty"},
+		{[]string{"x:1"}, "g", []string{"t", ""}, nil, "kafkago: option topics: topic 1 is empty"},
+		{[]string{"x:1"}, "g", []string{"t", "u", "t", ""}, nil, `kafkago: option topics: topic "t" given twice`},
+		{[]string{"x:1"}, "g", []string{"t"}, []kafkago.Option{kafkago.Balancers()}, "kafkago: option Balancers: no balancer given"},
+		{[]string{"x:1"}, "g", []string{"t"}, []kafkago.Option{kafkago.Balancers(kafka.RangeGroupBalancer{}, nil)}, "kafkago: option Balancers: balancer 1 is nil"},
+	}
+	for _, tc := range cases {
+		src, err := kafkago.New(tc.brokers, tc.group, tc.topics, append([]kafkago.Option{kafkago.Logger(kafkatest.Logger(t))}, tc.opts...)...)
+		if err == nil {
+			src.Close()
+			t.Errorf("New(%q, %q, %q) accepted it, want %q", tc.brokers, tc.group, tc.topics, tc.want)
+			continue
+		}
+		if err.Error() != tc.want {
+			t.Errorf("New(%q, %q, %q): %q, want %q", tc.brokers, tc.group, tc.topics, err, tc.want)
+		}
+	}
+}
 
 func TestNewValidates(t *testing.T) {
 	brokers, topics := []string{"127.0.0.1:9092"}, []string{"t"}
@@ -78,53 +109,6 @@ func produce(c *kafkatest.Cluster, topic string, partitions int32, per int) {
 	c.Produce(kafkatest.Spread(topic, partitions, per, func(_ int32, i int) string { return "k" + strconv.Itoa(i%7) })...)
 }
 
-// ledger counts handler calls per partition and offset.
-type ledger struct {
-	mu    sync.Mutex
-	calls map[runner.TP]map[int64]int
-	n     int
-}
-
-func newLedger() *ledger { return &ledger{calls: map[runner.TP]map[int64]int{}} }
-
-func (l *ledger) handler(h func(runner.Record)) runner.Handler {
-	return func(_ context.Context, rec runner.Record) error {
-		l.mu.Lock()
-		if l.calls[rec.TP()] == nil {
-			l.calls[rec.TP()] = map[int64]int{}
-		}
-		l.calls[rec.TP()][rec.Offset]++
-		l.n++
-		l.mu.Unlock()
-		if h != nil {
-			h(rec)
-		}
-		return nil
-	}
-}
-
-func (l *ledger) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n
-}
-
-// exactlyOnce reports the first offset below per on any partition not
-// handled exactly once.
-func (l *ledger) exactlyOnce(topic string, partitions int32, per int) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for p := range partitions {
-		tp := runner.TP{Topic: topic, Partition: p}
-		for off := range int64(per) {
-			if n := l.calls[tp][off]; n != 1 {
-				return fmt.Errorf("%s@%d handled %d times", tp, off, n)
-			}
-		}
-	}
-	return nil
-}
-
 // member is a runner over a spied kafkago Source on the kfake cluster.
 type member struct {
 	*kafkatest.Member
@@ -153,19 +137,20 @@ func TestConsumeAll(t *testing.T) {
 	const partitions, per = 3, 500
 	c := kafkatest.NewFake(t, kfake.SeedTopics(partitions, "t"))
 	produce(c, "t", partitions, per)
-	l := newLedger()
+	l := kafkatest.NewLedger()
 	var bad []string
 	var mu sync.Mutex
-	m := start(t, c, "g", "t", l.handler(func(r runner.Record) {
+	m := start(t, c, "g", "t", l.Handler("", func(_ context.Context, r runner.Record) error {
 		if h, _ := r.Header("i"); string(h) != string(r.Value) || string(r.Key) != "k"+strconv.Itoa(int(r.Offset)%7) {
 			mu.Lock()
 			bad = append(bad, r.String())
 			mu.Unlock()
 		}
+		return nil
 	}))
 	kafkatest.WaitFor(t, 10*time.Second, "committed == end offsets", c.AtEnd("g", "t"))
 	m.Stop(t)
-	if err := l.exactlyOnce("t", partitions, per); err != nil {
+	if err := l.ExactlyOnce("t", kafkatest.Uniform(partitions, per)); err != nil {
 		t.Error(err)
 	}
 	if len(bad) > 0 {
@@ -183,15 +168,15 @@ func TestEagerRebalance(t *testing.T) {
 	const partitions, per = 4, 300
 	c := kafkatest.NewFake(t, kfake.SeedTopics(partitions, "t"))
 	produce(c, "t", partitions, per)
-	l := newLedger()
-	slow := l.handler(func(runner.Record) { time.Sleep(2 * time.Millisecond) })
+	l := kafkatest.NewLedger()
+	slow := l.Handler("", func(context.Context, runner.Record) error { time.Sleep(2 * time.Millisecond); return nil })
 	a := start(t, c, "g", "t", slow, runner.Order(runner.PartitionOrder), runner.Concurrency(4))
-	kafkatest.WaitFor(t, 10*time.Second, "the first member handles records", func() bool { return l.count() > 50 })
+	kafkatest.WaitFor(t, 10*time.Second, "the first member handles records", func() bool { return l.Count() > 50 })
 	b := start(t, c, "g", "t", slow, runner.Order(runner.PartitionOrder), runner.Concurrency(4))
 	kafkatest.WaitFor(t, 20*time.Second, "committed == end offsets", c.AtEnd("g", "t"))
 	a.Stop(t)
 	b.Stop(t)
-	if err := l.exactlyOnce("t", partitions, per); err != nil {
+	if err := l.ExactlyOnce("t", kafkatest.Uniform(partitions, per)); err != nil {
 		t.Error(err)
 	}
 	ev := a.Spy.Events()
@@ -225,9 +210,9 @@ func TestEvictedMemberLoses(t *testing.T) {
 		close(stop)
 		wg.Wait()
 	}()
-	l := newLedger()
-	m := start(t, c, "g", "t", l.handler(nil))
-	kafkatest.WaitFor(t, 10*time.Second, "records handled", func() bool { return l.count() > 20 })
+	l := kafkatest.NewLedger()
+	m := start(t, c, "g", "t", l.Handler("", nil))
+	kafkatest.WaitFor(t, 10*time.Second, "records handled", func() bool { return l.Count() > 20 })
 	ms := c.Members("g")
 	if len(ms) != 1 {
 		t.Fatalf("%d members, want 1", len(ms))

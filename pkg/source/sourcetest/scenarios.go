@@ -1,6 +1,7 @@
 package sourcetest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,17 +18,64 @@ import (
 	"github.com/tidemark/tidemark/pkg/runner"
 )
 
+// Storm sizes the storm scenario (see RunStorm). A zero field takes the
+// default of the storm Run runs, given with each field.
+type Storm struct {
+	Records    int // keyed records, produced in Steps chunks; 20,000
+	Partitions int // of the topic; 6
+	Keys       int // record i has key i%Keys, on partition (i%Keys)%Partitions; 300
+	// Steps is how many chunks are produced, with a member joining or
+	// leaving after each; the churn goes on, a step every Every or so,
+	// until every record is handled. 8.
+	Steps int
+	// Every is the mean time between two steps; each waits from 0.7 to
+	// 1.2 times it. 1s.
+	Every time.Duration
+	// Concurrency is each member's runner.Concurrency; 16.
+	Concurrency int
+	// Latency is the most a handler sleeps (uniformly from 0); 2ms.
+	Latency time.Duration
+	// Within bounds the whole storm: every record must be handled before
+	// it has passed. 2 minutes.
+	Within time.Duration
+}
+
+func (s Storm) withDefaults() Storm {
+	s.Records = cmp.Or(s.Records, 20_000)
+	s.Partitions = cmp.Or(s.Partitions, 6)
+	s.Keys = cmp.Or(s.Keys, 300)
+	s.Steps = cmp.Or(s.Steps, 8)
+	s.Every = cmp.Or(s.Every, time.Second)
+	s.Concurrency = cmp.Or(s.Concurrency, 16)
+	s.Latency = cmp.Or(s.Latency, 2*time.Millisecond)
+	s.Within = cmp.Or(s.Within, 2*time.Minute)
+	return s
+}
+
+// RunStorm runs the storm scenario alone, sized by s, against the adapter
+// f builds (Run runs it with the zero Storm). A missing broker fails it.
+func RunStorm(t *testing.T, f Factory, s Storm) {
+	t.Helper()
+	if len(f.Brokers) == 0 || f.New == nil {
+		t.Fatal("sourcetest: Factory.Brokers is empty or Factory.New is nil")
+	}
+	storm(t, f, s)
+}
+
 // storm: three members, then one joining or leaving about every second
-// (eight times) while 20,000 keyed records arrive in eight chunks; then
-// everything is handled and committed. Checked: every record handled at
-// least once, the committed offsets reach the end and never go backward,
-// no key runs twice at once within a member, and each key's records are
-// handled for the first time in offset order (a commit past an unfinished
-// record, or a restart from the wrong offset, breaks that or loses a
-// record). The adapter's spies also check every hand-over and commit.
-func storm(t *testing.T, f Factory) {
-	const partitions, keys, chunks, per = 6, 300, 8, 2500
-	const records = chunks * per
+// (Storm.Every) while the records arrive in chunks (one step after each chunk), and on
+// until every record is handled; then everything is committed. Checked:
+// every record handled at least once, the committed offsets reach the end
+// and never go backward (sampled at least ten times, with at least two
+// changes a partition), no key runs twice at once within a member, and
+// each key's records are handled for the first time in offset order (a
+// commit past an unfinished record, or a restart from the wrong offset,
+// breaks that or loses a record). The adapter's spies also check every
+// hand-over and commit. The replays (handlings past the first) are logged.
+func storm(t *testing.T, f Factory, s Storm) {
+	s = s.withDefaults()
+	records, partitions, keys := s.Records, s.Partitions, s.Keys
+	per := (records + s.Steps - 1) / s.Steps
 	e := newEnv(t, f)
 	topic := e.c.Topic(partitions)
 	samp := e.c.Sample(e.group, topic, 50*time.Millisecond)
@@ -36,6 +84,7 @@ func storm(t *testing.T, f Factory) {
 		mu        sync.Mutex
 		seen      = make([]bool, records)
 		unique    int
+		handlings int
 		firstLast = map[string]int64{} // key → offset of its last first handling
 		running   = map[string]int{}   // member/key → handlers running
 		violation string
@@ -53,6 +102,7 @@ func storm(t *testing.T, f Factory) {
 			}
 			key, mk := string(rec.Key), member+"/"+string(rec.Key)
 			mu.Lock()
+			handlings++
 			if running[mk]++; running[mk] > 1 {
 				fail("member %s ran key %s twice at once (%s)", member, key, rec.String())
 			}
@@ -65,12 +115,17 @@ func storm(t *testing.T, f Factory) {
 				unique++
 			}
 			mu.Unlock()
-			time.Sleep(time.Duration(rand.IntN(2001)) * time.Microsecond)
+			time.Sleep(rand.N(s.Latency + time.Microsecond))
 			mu.Lock()
 			running[mk]--
 			mu.Unlock()
 			return nil
 		}
+	}
+	handled := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return unique
 	}
 
 	var members []*member
@@ -78,20 +133,26 @@ func storm(t *testing.T, f Factory) {
 	add := func() {
 		n++
 		name := "m" + strconv.Itoa(n)
-		members = append(members, e.start(name, []string{topic}, handler(name), memberOpts{runner: []runner.Option{runner.Concurrency(16)}}))
+		members = append(members, e.start(name, []string{topic}, handler(name), memberOpts{runner: []runner.Option{runner.Concurrency(s.Concurrency)}}))
 	}
 	for range 3 {
 		add()
 	}
-	for c := range chunks {
-		recs := make([]*kgo.Record, per)
-		for j := range per {
-			i := c*per + j
-			k := i % keys
-			recs[j] = &kgo.Record{Topic: topic, Partition: int32(k % partitions), Key: []byte("key-" + strconv.Itoa(k)), Value: []byte(strconv.Itoa(i))}
+	deadline := time.Now().Add(s.Within)
+	for step := 0; ; step++ {
+		if from := step * per; from < records {
+			recs := make([]*kgo.Record, 0, per)
+			for i := from; i < min(from+per, records); i++ {
+				k := i % keys
+				recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(k % partitions), Key: []byte("key-" + strconv.Itoa(k)), Value: []byte(strconv.Itoa(i))})
+			}
+			e.c.Produce(recs...)
+		} else if u := handled(); u == records {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d records handled after %v", u, records, s.Within)
 		}
-		e.c.Produce(recs...)
-		time.Sleep(time.Duration(700+rand.IntN(500)) * time.Millisecond)
+		time.Sleep(s.Every*7/10 + rand.N(s.Every/2))
 		// Leave while three or more run (or at random while two do);
 		// join otherwise.
 		if len(members) >= 3 || (len(members) > 1 && rand.IntN(2) == 0) {
@@ -108,11 +169,6 @@ func storm(t *testing.T, f Factory) {
 			joins++
 		}
 	}
-	kafkatest.WaitFor(t, time.Minute, "every record handled", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return unique == records
-	})
 	kafkatest.WaitFor(t, 30*time.Second, "committed == end offsets", e.c.AtEnd(e.group, topic))
 	for _, m := range members {
 		if err := m.stop(); err != nil {
@@ -129,11 +185,14 @@ func storm(t *testing.T, f Factory) {
 	if back := samp.Backward(); back != "" {
 		t.Errorf("committed offset went backward: %s", back)
 	}
+	if samp.Polls() < 10 {
+		t.Errorf("only %d polls of the committed offsets: the backward check saw too little", samp.Polls())
+	}
 	if samp.Changes() < partitions*2 {
 		t.Errorf("only %d committed-offset changes sampled: the backward check saw too little", samp.Changes())
 	}
-	t.Logf("%d records over %d partitions; %d joins and %d leaves after the first 3 members; %d committed-offset changes sampled",
-		records, partitions, joins, leaves, samp.Changes())
+	t.Logf("%d records over %d partitions, %d handlings (%d replays); %d joins and %d leaves after the first 3 members; %d polls of the committed offsets, %d changes sampled",
+		records, partitions, handlings, handlings-records, joins, leaves, samp.Polls(), samp.Changes())
 }
 
 // revokeDrain: a second member joins while the first has a slow handler in
@@ -157,29 +216,29 @@ func revokeDrain(t *testing.T, f Factory) {
 	}
 	e.c.Produce(recs...)
 
-	l := newLedger()
+	l := kafkatest.NewLedger()
 	slow := func(context.Context, runner.Record) error { time.Sleep(work); return nil }
 	var (
 		mu             sync.Mutex
 		runningAtDrain = -1 // handlers of a running when its first revoke reached the runner
 	)
 	order := []runner.Option{runner.Order(runner.PartitionOrder), runner.Concurrency(8)}
-	a := e.start("a", []string{topic}, l.handler("a", slow), memberOpts{
+	a := e.start("a", []string{topic}, l.Handler("a", slow), memberOpts{
 		runner: order,
 		spy: func(s *spy) {
 			s.onRevoke = func([]runner.TP) {
 				mu.Lock()
 				if runningAtDrain < 0 {
-					runningAtDrain = l.runningIn("a")
+					runningAtDrain = l.Running("a")
 				}
 				mu.Unlock()
 			}
 		},
 	})
 	kafkatest.WaitFor(t, 30*time.Second, "the first member owns every partition", func() bool { return a.spy.ownedCount() == partitions })
-	kafkatest.WaitFor(t, 30*time.Second, "the first member handles records", func() bool { return l.count() >= 8 })
+	kafkatest.WaitFor(t, 30*time.Second, "the first member handles records", func() bool { return l.Count() >= 8 })
 	joinAt := time.Now()
-	b := e.start("b", []string{topic}, l.handler("b", slow), memberOpts{runner: order})
+	b := e.start("b", []string{topic}, l.Handler("b", slow), memberOpts{runner: order})
 	kafkatest.WaitFor(t, 30*time.Second, "both members own partitions", func() bool {
 		return a.spy.ownedCount() > 0 && b.spy.ownedCount() > 0 && a.spy.ownedCount()+b.spy.ownedCount() == partitions
 	})
@@ -194,7 +253,7 @@ func revokeDrain(t *testing.T, f Factory) {
 	for p := range int32(partitions) {
 		tp := tpOf(topic, p)
 		for off := range int64(per) {
-			if by := l.handledBy(tp, off); len(by) != 1 {
+			if by := l.HandledBy(tp, off); len(by) != 1 {
 				t.Errorf("%s@%d handled by %v, want exactly one member", tp, off, by)
 			}
 		}
@@ -280,8 +339,8 @@ func lostAfterEviction(t *testing.T, f Factory) {
 	}
 	defer stopProducing()
 
-	l := newLedger()
-	a := e.start("a", []string{topic}, l.handler("a", nil), memberOpts{})
+	l := kafkatest.NewLedger()
+	a := e.start("a", []string{topic}, l.Handler("a", nil), memberOpts{})
 	kafkatest.WaitFor(t, 30*time.Second, "the first member commits on every partition", func() bool {
 		got := e.c.Committed(e.group, topic)
 		return a.spy.ownedCount() == partitions && got[0] > 0 && got[1] > 0
@@ -293,7 +352,7 @@ func lostAfterEviction(t *testing.T, f Factory) {
 	owned := a.spy.ownedSet()
 	evictedAt := time.Now()
 	e.c.Evict(e.group, ms[0].MemberID)
-	b := e.start("b", []string{topic}, l.handler("b", nil), memberOpts{})
+	b := e.start("b", []string{topic}, l.Handler("b", nil), memberOpts{})
 	time.Sleep(3 * time.Second) // the eviction noticed, both members consuming
 	stopProducing()
 	kafkatest.WaitFor(t, time.Minute, "committed == end offsets", e.c.AtEnd(e.group, topic))
@@ -347,7 +406,7 @@ func lostAfterEviction(t *testing.T, f Factory) {
 	for p, end := range ends {
 		tp := tpOf(topic, p)
 		for off := range end {
-			if len(l.handledBy(tp, off)) == 0 {
+			if len(l.HandledBy(tp, off)) == 0 {
 				t.Errorf("%s@%d never handled", tp, off)
 				break
 			}
@@ -397,15 +456,8 @@ func transactions(t *testing.T, f Factory) {
 		}
 	}
 
-	var mu sync.Mutex
-	got := map[string]int{}
-	h := func(_ context.Context, rec runner.Record) error {
-		mu.Lock()
-		got[string(rec.Value)]++
-		mu.Unlock()
-		return nil
-	}
-	m := e.start("a", []string{topic}, h, memberOpts{})
+	l := kafkatest.NewLedger()
+	m := e.start("a", []string{topic}, l.Handler("a", nil), memberOpts{})
 	kafkatest.WaitFor(t, time.Minute, "committed == end offsets (lag 0)", e.c.AtEnd(e.group, topic))
 	if err := m.stop(); err != nil {
 		t.Errorf("stop: %v", err)
@@ -417,18 +469,8 @@ func transactions(t *testing.T, f Factory) {
 			t.Errorf("partition %d ends at %d, want %d (records and one marker per transaction)", part, end, want)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for v, n := range got {
-		switch {
-		case !committed[v]:
-			t.Errorf("handled %s, from an aborted transaction", v)
-		case n != 1:
-			t.Errorf("handled %s %d times", v, n)
-		}
-	}
-	if len(got) != len(committed) {
-		t.Errorf("handled %d distinct committed records, want %d", len(got), len(committed))
+	if err := l.ValuesOnce(committed); err != nil {
+		t.Errorf("%v (committed transactions' records are wanted once, aborted ones never)", err)
 	}
 }
 
@@ -451,10 +493,10 @@ func flow(t *testing.T, f Factory) {
 	}
 	e.c.Produce(recs...)
 
-	l := newLedger()
+	l := kafkatest.NewLedger()
 	h := func(context.Context, runner.Record) error { time.Sleep(300 * time.Microsecond); return nil }
-	m := e.start("a", []string{topic}, l.handler("a", h), memberOpts{
-		spy:    func(s *spy) { s.completed = l.completedOf },
+	m := e.start("a", []string{topic}, l.Handler("a", h), memberOpts{
+		spy:    func(s *spy) { s.completed = l.Completed },
 		runner: []runner.Option{runner.WaterMarks(high, low), runner.Concurrency(4)},
 	})
 	kafkatest.WaitFor(t, time.Minute, "committed == end offsets", e.c.AtEnd(e.group, topic))
@@ -479,7 +521,7 @@ func flow(t *testing.T, f Factory) {
 	for p := range int32(partitions) {
 		tp := tpOf(topic, p)
 		for off := range int64(per) {
-			if by := l.handledBy(tp, off); len(by) != 1 {
+			if by := l.HandledBy(tp, off); len(by) != 1 {
 				t.Errorf("%s@%d handled %d times, want once", tp, off, len(by))
 				break
 			}
@@ -507,7 +549,7 @@ func shutdown(t *testing.T, f Factory) {
 	}
 	e.c.Produce(recs...)
 
-	l := newLedger()
+	l := kafkatest.NewLedger()
 	h := func(ctx context.Context, rec runner.Record) error {
 		switch {
 		case rec.Partition == 0 && rec.Offset == stuck:
@@ -519,11 +561,11 @@ func shutdown(t *testing.T, f Factory) {
 		time.Sleep(30 * time.Millisecond)
 		return nil
 	}
-	m := e.start("a", []string{topic}, l.handler("a", h), memberOpts{
+	m := e.start("a", []string{topic}, l.Handler("a", h), memberOpts{
 		runner: []runner.Option{runner.Order(runner.PartitionOrder), runner.Concurrency(4)},
 	})
 	kafkatest.WaitFor(t, 30*time.Second, "records handled on every partition, partition 0 stuck", func() bool {
-		return len(l.offsets(tpOf(topic, 0))) == stuck+1 && len(l.offsets(tpOf(topic, 1))) >= 10 && len(l.offsets(tpOf(topic, 2))) >= 10
+		return len(l.Offsets(tpOf(topic, 0))) == stuck+1 && len(l.Offsets(tpOf(topic, 1))) >= 10 && len(l.Offsets(tpOf(topic, 2))) >= 10
 	})
 	err := m.stopWithin(4 * time.Second)
 	stoppedAt := time.Now()
@@ -541,7 +583,7 @@ func shutdown(t *testing.T, f Factory) {
 		t.Errorf("partition 0 committed %d, want %d (the stuck record)", got[0], stuck)
 	}
 	for p := int32(1); p < partitions; p++ {
-		offs := l.offsets(tpOf(topic, p))
+		offs := l.Offsets(tpOf(topic, p))
 		want := offs[len(offs)-1] + 1
 		if int64(len(offs)) != want {
 			t.Errorf("partition %d: handled %d records up to offset %d: not a prefix", p, len(offs), want-1)

@@ -66,9 +66,10 @@ type Config struct {
 // on two cores).
 //
 //   - storm: members join and leave every second while 20,000 keyed records
-//     are produced: no record is missed, committed offsets never go
-//     backward, no key runs twice at once in a member, and the first
-//     handling of each key's records follows offset order.
+//     are produced and until all are handled: no record is missed,
+//     committed offsets never go backward, no key runs twice at once in a
+//     member, and the first handling of each key's records follows offset
+//     order. RunStorm runs it alone at another size.
 //   - revoke: a member joins while another has slow handlers in flight:
 //     the revoke drains them and commits exactly their prefix before the
 //     new owner starts, so every record is handled exactly once.
@@ -98,7 +99,7 @@ func Run(t *testing.T, f Factory) {
 		name string
 		run  func(*testing.T, Factory)
 	}{
-		{"storm", storm},
+		{"storm", func(t *testing.T, f Factory) { storm(t, f, Storm{}) }},
 		{"revoke", revokeDrain},
 		{"lost", lostAfterEviction},
 		{"transactions", transactions},

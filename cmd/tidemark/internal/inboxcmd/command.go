@@ -36,8 +36,11 @@ in the arguments is visible to every user of the machine (ps).
 // string; one of them set means "connect as libpq would".
 var libpqVars = []string{"PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE"}
 
-// common are the flags every inbox command has.
+// common are the flags every inbox command has, and where it explains a
+// failure.
 type common struct {
+	name    string
+	stderr  io.Writer
 	fs      *flag.FlagSet
 	dsn     *string
 	schema  *string
@@ -48,6 +51,8 @@ func newCommon(name string, stderr io.Writer) *common {
 	fs := flag.NewFlagSet("tidemark inbox "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	return &common{
+		name:    name,
+		stderr:  stderr,
 		fs:      fs,
 		dsn:     fs.String("dsn", "", "PostgreSQL connection `string` (URL or key=value); default $TIDEMARK_PG_DSN, else libpq's PG* variables"),
 		schema:  fs.String("schema", "", "schema of the inbox's tables (default: the first of the search_path)"),
@@ -93,24 +98,41 @@ func (c *common) options() []inbox.Option {
 
 // parse parses args; done reports that the command ends with status code
 // (help, or a usage error already explained).
-func (c *common) parse(args []string, name string, stderr io.Writer) (code int, done bool) {
+func (c *common) parse(args []string) (code int, done bool) {
 	if err := c.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK, true
 		}
 		return ExitError, true
 	}
-	fail := func(format string, a ...any) (int, bool) {
-		fmt.Fprintf(stderr, "tidemark inbox %s: "+format+"\n", append([]any{name}, a...)...)
-		return ExitError, true
-	}
 	switch {
 	case c.fs.NArg() > 0:
-		return fail("unexpected argument %q", c.fs.Arg(0))
+		return c.fail("unexpected argument %q", c.fs.Arg(0)), true
 	case *c.timeout <= 0:
-		return fail("--timeout %v is not positive", *c.timeout)
+		return c.fail("--timeout %v is not positive", *c.timeout), true
 	}
 	return 0, false
+}
+
+// fail explains a failure on stderr, after the command's name, and returns
+// ExitError.
+func (c *common) fail(format string, a ...any) int {
+	fmt.Fprintf(c.stderr, "tidemark inbox %s: "+format+"\n", append([]any{c.name}, a...)...)
+	return ExitError
+}
+
+// withPool runs f with a pool on the command's database and a ctx that ends
+// after --timeout, and returns f's status; ExitError, explained, if the pool
+// cannot be made.
+func (c *common) withPool(f func(ctx context.Context, pool *pgxpool.Pool) int) int {
+	ctx, cancel := context.WithTimeout(context.Background(), *c.timeout)
+	defer cancel()
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	defer pool.Close()
+	return f(ctx, pool)
 }
 
 // Migrate runs `tidemark inbox migrate` with args (the words after
@@ -132,46 +154,36 @@ status 1 on any error.
 `, inbox.SchemaVersion, dsnHelp)
 		c.fs.PrintDefaults()
 	}
-	if code, done := c.parse(args, "migrate", stderr); done {
+	if code, done := c.parse(args); done {
 		return code
 	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "tidemark inbox migrate: "+format+"\n", a...)
-		return ExitError
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), *c.timeout)
-	defer cancel()
-	pool, err := c.connect(ctx)
-	if err != nil {
-		return fail("%v", err)
-	}
-	defer pool.Close()
-
-	opts := c.options()
-	before, err := inbox.Version(ctx, pool, opts...)
-	if err != nil {
-		return fail("%v", err)
-	}
-	name := *c.schema
-	if name == "" {
-		var cur *string
-		if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&cur); err == nil && cur != nil {
-			name = *cur
+	return c.withPool(func(ctx context.Context, pool *pgxpool.Pool) int {
+		opts := c.options()
+		before, err := inbox.Version(ctx, pool, opts...)
+		if err != nil {
+			return c.fail("%v", err)
 		}
-	}
-	if err := inbox.Migrate(ctx, pool, opts...); err != nil {
-		return fail("%v", err)
-	}
-	after, err := inbox.Version(ctx, pool, opts...)
-	if err != nil {
-		return fail("%v", err)
-	}
-	if after == before {
-		fmt.Fprintf(stdout, "tidemark inbox migrate: schema %s already at version %d\n", name, after)
-	} else {
-		fmt.Fprintf(stdout, "tidemark inbox migrate: migrated schema %s to version %d (was %d)\n", name, after, before)
-	}
-	return ExitOK
+		name := *c.schema
+		if name == "" {
+			var cur *string
+			if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&cur); err == nil && cur != nil {
+				name = *cur
+			}
+		}
+		if err := inbox.Migrate(ctx, pool, opts...); err != nil {
+			return c.fail("%v", err)
+		}
+		after, err := inbox.Version(ctx, pool, opts...)
+		if err != nil {
+			return c.fail("%v", err)
+		}
+		if after == before {
+			fmt.Fprintf(stdout, "tidemark inbox migrate: schema %s already at version %d\n", name, after)
+		} else {
+			fmt.Fprintf(stdout, "tidemark inbox migrate: migrated schema %s to version %d (was %d)\n", name, after, before)
+		}
+		return ExitOK
+	})
 }
 
 // Leases runs `tidemark inbox leases` with args (the words after "leases"):
@@ -204,51 +216,42 @@ would reset, and exits 1.
 `, dsnHelp)
 		c.fs.PrintDefaults()
 	}
-	if code, done := c.parse(args, "leases", stderr); done {
+	if code, done := c.parse(args); done {
 		return code
-	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "tidemark inbox leases: "+format+"\n", a...)
-		return ExitError
 	}
 	switch {
 	case *group == "":
-		return fail("--group is required")
+		return c.fail("--group is required")
 	case *yes && !*reset:
-		return fail("--yes confirms --reset; there is nothing to confirm")
+		return c.fail("--yes confirms --reset; there is nothing to confirm")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *c.timeout)
-	defer cancel()
-	pool, err := c.connect(ctx)
-	if err != nil {
-		return fail("%v", err)
-	}
-	defer pool.Close()
-	leases, err := inbox.Leases(ctx, pool, *group, *topic, c.options()...)
-	if err != nil {
-		return fail("%v", err)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tPARTITION\tEPOCH\tOWNER\tMEMBER\tACQUIRED\tAPPLIED BELOW")
-	for _, l := range leases {
-		member := l.Member
-		if member == "" {
-			member = "-"
+	return c.withPool(func(ctx context.Context, pool *pgxpool.Pool) int {
+		leases, err := inbox.Leases(ctx, pool, *group, *topic, c.options()...)
+		if err != nil {
+			return c.fail("%v", err)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%d\n", l.Topic, l.Partition, l.Epoch, l.Owner, member,
-			l.Acquired.UTC().Format(time.RFC3339), l.AppliedBelow)
-	}
-	tw.Flush()
-	if !*reset {
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "TOPIC\tPARTITION\tEPOCH\tOWNER\tMEMBER\tACQUIRED\tAPPLIED BELOW")
+		for _, l := range leases {
+			member := l.Member
+			if member == "" {
+				member = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%d\n", l.Topic, l.Partition, l.Epoch, l.Owner, member,
+				l.Acquired.UTC().Format(time.RFC3339), l.AppliedBelow)
+		}
+		tw.Flush()
+		if !*reset {
+			return ExitOK
+		}
+		if !*yes {
+			return c.fail("would reset the %d leases above, fencing the members that hold them; run again with --yes", len(leases))
+		}
+		n, err := inbox.ResetLeases(ctx, pool, *group, *topic, c.options()...)
+		if err != nil {
+			return c.fail("%v", err)
+		}
+		fmt.Fprintf(stdout, "tidemark inbox leases: reset %d leases of group %s\n", n, *group)
 		return ExitOK
-	}
-	if !*yes {
-		return fail("would reset the %d leases above, fencing the members that hold them; run again with --yes", len(leases))
-	}
-	n, err := inbox.ResetLeases(ctx, pool, *group, *topic, c.options()...)
-	if err != nil {
-		return fail("%v", err)
-	}
-	fmt.Fprintf(stdout, "tidemark inbox leases: reset %d leases of group %s\n", n, *group)
-	return ExitOK
+	})
 }
