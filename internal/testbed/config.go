@@ -112,7 +112,7 @@ func FromEnv(root string, getenv func(string) string) (Config, error) {
 	// Empty or unset: the default, as ${TIDEMARK_KAFKA_HEAP:-...} was.
 	c.KafkaHeap = strings.Fields(getenv("TIDEMARK_KAFKA_HEAP"))
 	if c.KafkaVersion != "" && !versionRE.MatchString(c.KafkaVersion) {
-		errs = append(errs, fmt.Errorf("TIDEMARK_KAFKA_VERSION=%q is not a Kafka release such as 4.1.1", c.KafkaVersion))
+		errs = append(errs, fmt.Errorf("TIDEMARK_KAFKA_VERSION=%q is not a Kafka release such as 4.4.0", c.KafkaVersion))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
@@ -168,7 +168,7 @@ func pomVersion(pom string) (string, error) {
 	}
 	m := pomVersionRE.FindSubmatch(b)
 	if m == nil || !versionRE.Match(m[1]) {
-		return "", fmt.Errorf("%s has no <kafka.version> such as 4.1.1", pom)
+		return "", fmt.Errorf("%s has no <kafka.version> such as 4.4.0", pom)
 	}
 	return string(m[1]), nil
 }

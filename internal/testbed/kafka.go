@@ -101,7 +101,7 @@ func (b *Bed) launchKafka(ctx context.Context, st *State) (format time.Duration,
 				return 0, err
 			}
 		}
-		if err := os.WriteFile(n.Config, serverProperties(*n, k.Nodes), 0o644); err != nil {
+		if err := os.WriteFile(n.Config, serverProperties(k.Version, *n, k.Nodes), 0o644); err != nil {
 			return 0, err
 		}
 		t := time.Now()
@@ -252,10 +252,12 @@ func kafkaJars(dir, version string) error {
 // brokers really serves requests: a Metadata request lists want brokers
 // and a controller, a validate-only CreateTopics is accepted (the
 // controller path), and FindCoordinator finds a group and a transaction
-// coordinator. The last step makes the broker create __consumer_offsets
-// and __transaction_state now, so the first test that uses a group or a
-// transaction does not pay for it (or time out waiting for it).
-func kafkaReady(ctx context.Context, brokers []string, want int) error {
+// coordinator, and with share groups (share > 0) a share coordinator. The
+// last steps make the broker create __consumer_offsets,
+// __transaction_state and __share_group_state now, so the first test that
+// uses a group, a transaction or a share group does not pay for it (or
+// time out waiting for it).
+func kafkaReady(ctx context.Context, brokers []string, want, share int) error {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(brokers...),
 		kgo.DialTimeout(time.Second),
@@ -291,14 +293,24 @@ func kafkaReady(ctx context.Context, brokers []string, want int) error {
 	if err := adm.FindTxnCoordinators(ctx, "tidemark-ready-probe").Error(); err != nil {
 		return fmt.Errorf("transaction coordinator: %w", err)
 	}
+	if share > 0 {
+		// A share-partition key: group, topic id (any), partition.
+		if err := adm.FindShareCoordinators(ctx, "tidemark-ready-probe:"+shareProbeTopicID+":0").Error(); err != nil {
+			return fmt.Errorf("share coordinator: %w", err)
+		}
+	}
 	return nil
 }
+
+// shareProbeTopicID is a topic id for the share-coordinator probe, in
+// Kafka's form (unpadded URL-safe base64 of 16 bytes); no topic has it.
+const shareProbeTopicID = "dGlkZW1hcmstcmVhZHkhIQ"
 
 // kafkaAnswers is one readiness attempt of at most 3 s on st's cluster.
 func kafkaAnswers(ctx context.Context, st *State) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	return kafkaReady(ctx, strings.Split(st.Brokers(), ","), len(st.Kafka.Nodes))
+	return kafkaReady(ctx, strings.Split(st.Brokers(), ","), len(st.Kafka.Nodes), shareVersion(st.Kafka.Version))
 }
 
 // waitKafka waits until st's cluster serves (kafkaReady) while node n's

@@ -18,9 +18,9 @@ const kafkaMain = "kafka.Kafka"
 func (n Broker) mark() mark { return mark{kafkaMain, n.Config} }
 
 // serverProperties renders node n's server.properties for the cluster of
-// nodes. The settings are docs/testbed.md's "Broker settings" (and
-// docker-compose.yml mirrors them).
-func serverProperties(n Broker, nodes []Broker) []byte {
+// nodes running Kafka version. The settings are docs/testbed.md's "Broker
+// settings" (and docker-compose.yml mirrors them).
+func serverProperties(version string, n Broker, nodes []Broker) []byte {
 	var voters []string
 	for _, o := range nodes {
 		if hasRole(o, "controller") {
@@ -71,8 +71,52 @@ group.consumer.heartbeat.interval.ms=1000
 group.consumer.min.heartbeat.interval.ms=500
 group.consumer.session.timeout.ms=10000
 group.consumer.min.session.timeout.ms=1000
+
+# Share groups (KIP-932), as fast: 1s heartbeats, 10s session timeout, and
+# groups may lower it to 1s (group config share.session.timeout.ms). The
+# acquisition lock is 5s (Kafka: 30s) and groups may lower it to 1s (Kafka:
+# 15s) with the group config share.record.lock.duration.ms, so a test of
+# lock expiry takes seconds. The share-group state topic gets 10 partitions.
+share.coordinator.state.topic.num.partitions=10
+group.share.heartbeat.interval.ms=1000
+group.share.min.heartbeat.interval.ms=500
+group.share.session.timeout.ms=10000
+group.share.min.session.timeout.ms=1000
+group.share.record.lock.duration.ms=5000
+group.share.min.record.lock.duration.ms=1000
 `, strings.Join(n.Roles, ","), n.ID, strings.Join(voters, ","), listeners, listeners, n.Data)
+	if shareVersion(version) >= 2 {
+		b.WriteString(`
+# The share groups' dead-letter queue (share.version 2, Kafka 4.4): a group
+# names its DLQ with the group config errors.deadletterqueue.topic.name,
+# which must start with the prefix below; the broker writes to it only if
+# the topic has errors.deadletterqueue.group.enable=true. Tests create
+# that topic themselves: the broker does not create it (Kafka's defaults,
+# written out).
+errors.deadletterqueue.topic.name.prefix=dlq.
+errors.deadletterqueue.auto.create.topics.enable=false
+`)
+	}
 	return b.Bytes()
+}
+
+// shareVersion is the level of the share.version feature the bed formats
+// Kafka version with: 2 (share groups and their dead-letter queue) from
+// 4.4, 1 (share groups) in 4.2 and 4.3, where they are generally
+// available, and 0 (Kafka's default: off; a preview in 4.0 and 4.1)
+// before. A version that does not parse counts as the newest.
+func shareVersion(version string) int {
+	var major, minor int
+	if _, err := fmt.Sscanf(version, "%d.%d", &major, &minor); err != nil {
+		return 2
+	}
+	switch {
+	case major > 4 || major == 4 && minor >= 4:
+		return 2
+	case major == 4 && minor >= 2:
+		return 1
+	}
+	return 0
 }
 
 func hasRole(n Broker, role string) bool {
@@ -106,6 +150,11 @@ func brokerArgv(k *KafkaState, n Broker) []string {
 func formatArgv(k *KafkaState, n Broker) []string {
 	args := append([]string{k.Java}, jvmArgs(k, filepath.Join(n.Logs, "format"))...)
 	args = append(args, "kafka.tools.StorageTool", "format", "-t", k.ClusterID, "-c", n.Config)
+	if v := shareVersion(k.Version); v > 0 {
+		// Said explicitly, so that a release without the level fails
+		// the format instead of starting without share groups.
+		args = append(args, "--feature", fmt.Sprintf("share.version=%d", v))
+	}
 	// One controller: it is the whole quorum. A cluster of several needs
 	// --initial-controllers instead.
 	return append(args, "--standalone")

@@ -40,10 +40,10 @@ func properties(t *testing.T, b []byte) map[string]string {
 
 // TestServerProperties: every setting of docs/testbed.md's "Broker
 // settings", with the node's own ports and data directory, and nothing
-// else.
+// else: on 4.4 with the share groups' dead-letter queue, before 4.4
+// without it.
 func TestServerProperties(t *testing.T) {
 	n := testbed.Broker{ID: 1, Roles: []string{"broker", "controller"}, Port: 36092, ControllerPort: 36093, Data: "/bed/kafka/node-1/data"}
-	got := properties(t, testbed.ServerProperties(n, []testbed.Broker{n}))
 	want := map[string]string{
 		"process.roles":                       "broker,controller",
 		"node.id":                             "1",
@@ -74,19 +74,49 @@ func TestServerProperties(t *testing.T) {
 		"group.consumer.min.heartbeat.interval.ms":         "500",
 		"group.consumer.session.timeout.ms":                "10000",
 		"group.consumer.min.session.timeout.ms":            "1000",
+
+		"share.coordinator.state.topic.num.partitions": "10",
+		"group.share.heartbeat.interval.ms":            "1000",
+		"group.share.min.heartbeat.interval.ms":        "500",
+		"group.share.session.timeout.ms":               "10000",
+		"group.share.min.session.timeout.ms":           "1000",
+		"group.share.record.lock.duration.ms":          "5000",
+		"group.share.min.record.lock.duration.ms":      "1000",
 	}
-	if !maps.Equal(got, want) {
-		for k, v := range want {
+	dlq := map[string]string{
+		"errors.deadletterqueue.topic.name.prefix":         "dlq.",
+		"errors.deadletterqueue.auto.create.topics.enable": "false",
+	}
+	for _, c := range []struct {
+		version string
+		want    map[string]string
+	}{
+		{"4.1.1", want},
+		{"4.3.1", want},
+		{"4.4.0", union(want, dlq)},
+		{"5.0.0", union(want, dlq)},
+	} {
+		got := properties(t, testbed.ServerProperties(c.version, n, []testbed.Broker{n}))
+		if maps.Equal(got, c.want) {
+			continue
+		}
+		for k, v := range c.want {
 			if got[k] != v {
-				t.Errorf("%s = %q, want %q", k, got[k], v)
+				t.Errorf("%s: %s = %q, want %q", c.version, k, got[k], v)
 			}
 		}
 		for k := range got {
-			if _, ok := want[k]; !ok {
-				t.Errorf("unexpected %s = %q", k, got[k])
+			if _, ok := c.want[k]; !ok {
+				t.Errorf("%s: unexpected %s = %q", c.version, k, got[k])
 			}
 		}
 	}
+}
+
+func union(a, b map[string]string) map[string]string {
+	m := maps.Clone(a)
+	maps.Copy(m, b)
+	return m
 }
 
 // TestServerPropertiesCluster: the rendering is per node over the cluster,
@@ -98,7 +128,7 @@ func TestServerPropertiesCluster(t *testing.T) {
 			Port: 100 + 2*i, ControllerPort: 101 + 2*i, Data: "/d" + string(rune('1'+i))})
 	}
 	for _, n := range nodes {
-		p := properties(t, testbed.ServerProperties(n, nodes))
+		p := properties(t, testbed.ServerProperties("4.4.0", n, nodes))
 		if p["controller.quorum.bootstrap.servers"] != "127.0.0.1:101,127.0.0.1:103,127.0.0.1:105" {
 			t.Errorf("node %d: quorum %q", n.ID, p["controller.quorum.bootstrap.servers"])
 		}
@@ -108,7 +138,7 @@ func TestServerPropertiesCluster(t *testing.T) {
 	}
 	// A broker-only node has no controller listener and is not a voter.
 	b := testbed.Broker{ID: 4, Roles: []string{"broker"}, Port: 200, ControllerPort: 201}
-	p := properties(t, testbed.ServerProperties(b, append(nodes, b)))
+	p := properties(t, testbed.ServerProperties("4.4.0", b, append(nodes, b)))
 	if p["listeners"] != "PLAINTEXT://127.0.0.1:200" || strings.Contains(p["controller.quorum.bootstrap.servers"], ":201") {
 		t.Errorf("broker-only node: %v", p)
 	}
@@ -138,6 +168,20 @@ func TestArgvCarriesMark(t *testing.T) {
 	if !slices.Contains(f, "--standalone") || !slices.Contains(f, "-Dkafka.logs.dir=/bed/kafka/node-1/logs/format") ||
 		!(slices.Index(f, "-t") >= 0 && f[slices.Index(f, "-t")+1] == "id") {
 		t.Fatalf("format argv %q", f)
+	}
+
+	if i := slices.Index(f, "--feature"); i >= 0 {
+		t.Fatalf("format argv of 4.1.1 %q sets a feature (%q): share groups are a preview there", f, f[i+1:])
+	}
+	// From 4.2 the format asks for share groups, from 4.4 with their
+	// dead-letter queue (share.version 2).
+	for v, want := range map[string]string{"4.2.0": "share.version=1", "4.3.1": "share.version=1", "4.4.0": "share.version=2", "5.1.0": "share.version=2"} {
+		k := *k
+		k.Version = v
+		f := testbed.FormatArgv(&k, n)
+		if i := slices.Index(f, "--feature"); i < 0 || i+1 == len(f) || f[i+1] != want {
+			t.Errorf("format argv of %s %q: want --feature %s", v, f, want)
+		}
 	}
 
 	p := &testbed.PostgresState{Bin: "/usr/lib/postgresql/15/bin", Data: "/bed/pg/data"}

@@ -20,7 +20,7 @@ type Status struct {
 // ServerStatus is one server of a bed.
 type ServerStatus struct {
 	Service Service
-	Name    string // "Kafka 4.1.1", "PostgreSQL 15.14"
+	Name    string // "Kafka 4.4.0", "PostgreSQL 15.14"
 	PID     int    // 0: not running
 	Addr    string // host:port
 	Err     error  // why a running server does not answer; nil when it does

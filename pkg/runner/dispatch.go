@@ -20,7 +20,7 @@ func (s *pollState) deliver(b *Batch) {
 	now := s.now()
 	for i := range b.Records {
 		rec := &b.Records[i]
-		if err := ps.p.Deliver(rec.Offset); err != nil {
+		if err := s.track(ps, rec.Offset); err != nil {
 			// A redelivered or out-of-order offset: the first delivery is
 			// tracked, so this copy is dropped, loudly.
 			s.log.Warn("record delivered out of order; dropped", "record", rec.String(), "err", err)
@@ -145,7 +145,7 @@ func (s *pollState) onDone(t *task) {
 	s.totalBytes -= t.size
 	ps.unlink(t)
 
-	if t.res != resCancelled && t.res != resFenced {
+	if !s.settleDone(t) && t.res != resCancelled && t.res != resFenced {
 		switch ps.p.Complete(t.epoch, t.rec.Offset) {
 		case rebalance.Advanced:
 			s.applyPosition(ps)

@@ -67,6 +67,7 @@ func (s *pollState) dropWaiting(ps *partState, l *lane) {
 }
 
 func (s *pollState) drop(ps *partState, t *task) {
+	s.settleDropped(t)
 	t.dropped = true
 	ps.unlink(t)
 	ps.count--

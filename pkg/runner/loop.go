@@ -65,6 +65,9 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 // carryOut does what the poll state asked for, in the order of the fields
 // of actions, and resets a.
 func (r *Runner) carryOut(a *actions) {
+	for _, st := range a.settlements {
+		r.settler.Settle(st.tp, st.offset, st.s)
+	}
 	for _, rp := range a.replies {
 		rp.send()
 	}

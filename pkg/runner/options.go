@@ -79,6 +79,7 @@ func Skip(attempts int) Policy { return Policy{kind: policySkip, attempts: attem
 type config struct {
 	handlers       map[string]Handler
 	ordering       Ordering
+	orderSet       bool // Order was given (settle.go)
 	concurrency    int
 	highRecords    int
 	lowRecords     int
@@ -123,7 +124,7 @@ func Handle(topic string, h Handler) Option {
 }
 
 // Order sets the ordering mode. Default KeyOrder.
-func Order(o Ordering) Option { return func(c *config) { c.ordering = o } }
+func Order(o Ordering) Option { return func(c *config) { c.ordering, c.orderSet = o, true } }
 
 // Concurrency sets the number of handlers that may run at once across all
 // partitions (the size of the worker pool). Default 64.

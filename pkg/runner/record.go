@@ -34,6 +34,10 @@ type Record struct {
 	// LeaderEpoch is the partition leader epoch of the batch, or -1 when the
 	// source does not know it.
 	LeaderEpoch int32
+	// DeliveryCount is the broker's count of deliveries of a share-group
+	// record: 1 on its first delivery, more after a release or an expired
+	// acquisition lock. It is 0 from sources that do not count deliveries.
+	DeliveryCount int32
 }
 
 // TP returns the record's topic and partition.

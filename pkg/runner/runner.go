@@ -24,6 +24,9 @@ type Runner struct {
 	tel    *telemetry
 	tracer tracer
 
+	// settler is src when it settles records one by one (settle.go).
+	settler Settler
+
 	// Channels between the poll goroutine and everyone else.
 	sinkCh    chan *sinkReq   // source → loop
 	workq     workQueue       // loop → workers
@@ -58,6 +61,9 @@ func New(src Source, opts ...Option) (*Runner, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if err := cfg.settledOptions(src); err != nil {
+		return nil, err
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -74,6 +80,7 @@ func New(src Source, opts ...Option) (*Runner, error) {
 		loopDone:  make(chan struct{}),
 		runDone:   make(chan struct{}),
 	}
+	r.settler, _ = src.(Settler)
 	r.workq.cond.L = &r.workq.mu
 	if cfg.policy.kind == policyDeadLetter {
 		r.dlw = cfg.policy.writer
@@ -96,6 +103,7 @@ func New(src Source, opts ...Option) (*Runner, error) {
 	}
 	r.tel = tel
 	r.poll = newPollState(&r.cfg, r.log, tel)
+	r.poll.settled = r.settler != nil
 	r.tracer = newTracer(cfg.tracerProvider)
 	return r, nil
 }

@@ -31,6 +31,7 @@ type pollState struct {
 	log        *slog.Logger
 	tel        *telemetry
 	handlerCtx context.Context // the parent of the partitions' contexts (Run's)
+	settled    bool            // the source is a Settler: no tracker, no commits (settle.go)
 
 	table        *rebalance.Table
 	parts        map[TP]*partState
@@ -157,6 +158,9 @@ func (s *pollState) settle() *actions {
 // Runner carries them out (carryOut) in the order of the fields, then
 // resets them.
 type actions struct {
+	// settlements are Settle calls for a Settler source (settle.go), made
+	// first: a drain's answer must find its records settled.
+	settlements []settlement
 	// replies answer Sink calls waiting in the source, in order: reports
 	// acted on, drains ended.
 	replies []reply
@@ -196,6 +200,9 @@ func (rp reply) send() {
 // It writes only the fields that are set: most events set one or two, and
 // the loop resets twice per event.
 func (a *actions) reset() {
+	if len(a.settlements) > 0 {
+		a.settlements = a.settlements[:0]
+	}
 	if len(a.replies) > 0 {
 		clear(a.replies)
 		a.replies = a.replies[:0]

@@ -1,0 +1,126 @@
+package runner
+
+import "fmt"
+
+// Settler is implemented by a Source that settles each record with its
+// broker instead of committing offsets: a share group (KIP-932), where
+// records of one partition reach many members, out of offset order, and
+// come again at offsets below ones already delivered. Over a Settler the
+// runner runs in settled mode: it does not track offsets (no watermark, no
+// commit: Source.Commit is never called), and it tells the source how
+// every record it was handed left it.
+//
+// The source reports each partition once with Sink.Assigned before its
+// first records (no Revoked or Lost follow) and must never have two
+// records with the same partition and offset in the runner at once: a
+// second delivery of a record the runner still holds stays with the
+// source, which settles it as the first one is settled.
+//
+// Settle is called once for every record the runner took in Sink.Fetched,
+// from the runner's poll goroutine: it must not block (no I/O, no lock held
+// across one). It is not called for records still running when Run ends;
+// the source settles those as Released in Close. A record the runner took
+// is never settled twice.
+type Settler interface {
+	Settle(tp TP, offset int64, s Settlement)
+}
+
+// Settlement is how a record left the runner in settled mode.
+type Settlement uint8
+
+const (
+	// Accepted: the handler succeeded, the Applied filter found the record
+	// applied, or the DeadLetter policy wrote it and the write was
+	// acknowledged. The record is done.
+	Accepted Settlement = iota + 1
+	// Rejected: the failure policy (Skip) gave up on the record after its
+	// attempts. The broker must not deliver it again.
+	Rejected
+	// Released: the record did not finish here — stopped before it ran, or
+	// cancelled by a shutdown past its drain budget or by Close, or fenced.
+	// The broker should deliver it again.
+	Released
+)
+
+func (s Settlement) String() string {
+	switch s {
+	case Accepted:
+		return "accepted"
+	case Rejected:
+		return "rejected"
+	case Released:
+		return "released"
+	}
+	return fmt.Sprintf("Settlement(%d)", uint8(s))
+}
+
+// settledOptions refuses, over a Settler, the options that mean nothing
+// there, and makes Unordered the default order. It runs before validate, so
+// it sees the options as the user gave them. Options compared with their
+// defaults are refused only when given another value.
+func (c *config) settledOptions(src Source) error {
+	if _, ok := src.(Settler); !ok {
+		return nil
+	}
+	d := defaults()
+	refuse := func(opt, reason string) error {
+		return &ConfigError{Option: opt, Reason: reason + " (the source settles records one by one: a share group)"}
+	}
+	switch {
+	case c.orderSet && c.ordering != Unordered:
+		return refuse("Order", c.ordering.String()+" order is not kept across a share group's members, and one member's order means nothing to the others; use Unordered (the default here)")
+	case c.policy.kind == policyBlock:
+		return refuse("Failure", "Block (the default) retries a record forever while its lock is renewed, holding it from every member and stalling its session; choose Skip(n), which rejects it after n attempts, or DeadLetter")
+	case c.commitInterval != d.commitInterval:
+		return refuse("CommitInterval", "there are no offsets to commit")
+	case c.commitTimeout != d.commitTimeout:
+		return refuse("CommitTimeout", "there are no offsets to commit")
+	case c.window != 0:
+		return refuse("Window", "there is no committed offset for a window to hold back")
+	case c.assignHook != nil:
+		return refuse("OnAssign", "there are no assignments, no partition owner and no lease")
+	}
+	c.ordering = Unordered
+	return nil
+}
+
+// settlement is one record's Settle call, for the loop to make
+// (actions.settlements).
+type settlement struct {
+	tp     TP
+	offset int64
+	s      Settlement
+}
+
+// track records a delivery in ps's tracker, or nothing in settled mode,
+// where offsets arrive in any order and again.
+func (s *pollState) track(ps *partState, offset int64) error {
+	if s.settled {
+		return nil
+	}
+	return ps.p.Deliver(offset)
+}
+
+// settleDone settles a finished task in settled mode; it reports whether
+// it did (then the tracker is not told).
+func (s *pollState) settleDone(t *task) bool {
+	if !s.settled {
+		return false
+	}
+	how := Released
+	switch t.res {
+	case resHandled, resDeadLettered:
+		how = Accepted
+	case resSkipped:
+		how = Rejected
+	}
+	s.acts.settlements = append(s.acts.settlements, settlement{t.ps.tp, t.rec.Offset, how})
+	return true
+}
+
+// settleDropped settles, in settled mode, a task dropped before it ran.
+func (s *pollState) settleDropped(t *task) {
+	if s.settled {
+		s.acts.settlements = append(s.acts.settlements, settlement{t.ps.tp, t.rec.Offset, Released})
+	}
+}

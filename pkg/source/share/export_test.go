@@ -1,0 +1,26 @@
+package share
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+)
+
+// TakeForTest hands recs to session i as one poll returned at now (take),
+// and returns the batches the runner would get.
+func (s *Source) TakeForTest(i int, recs []*kgo.Record, now time.Time) []runner.Batch {
+	b, _ := s.sessions[i].take(recs, now)
+	return b
+}
+
+// ReleaseForTest is session i's release of recs (the runner took none).
+func (s *Source) ReleaseForTest(i int, recs []*kgo.Record) { s.sessions[i].release(recs) }
+
+// HeldForTest returns how many records session i holds, and the source.
+func (s *Source) HeldForTest(i int) (session, source int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions[i].held), len(s.held)
+}

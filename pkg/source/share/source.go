@@ -1,0 +1,412 @@
+package share
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+)
+
+// Source is a runner.Source and runner.Settler over a share group. Create
+// it with New and give it to runner.New; the runner is its only caller.
+// Run, Close and the Sink-facing methods follow runner.Source's contract.
+type Source struct {
+	cfg    config
+	group  string
+	topics []string
+	log    *slog.Logger
+
+	sessions []*session
+
+	// mu guards everything below. It is held only for map and slice
+	// updates and for Record.Ack, which does no I/O (franz-go queues the
+	// ack and wakes its fetch loop); never across a Sink call or a
+	// request.
+	mu sync.Mutex
+	// held maps every record in the runner to its copies: the first is the
+	// one handed over; later ones are deliveries of the same offset to a
+	// session while the first still ran (its lock had been lost), which
+	// the source keeps and settles as the first is settled, so the runner
+	// never holds one offset twice (runner.Settler).
+	held   map[recKey]*heldRec
+	paused map[runner.TP]struct{} // by the runner's flow control
+	stop   context.CancelFunc     // cancels the sessions (set by Run)
+	closed bool
+
+	// assignMu serializes the reports of new partitions (Sink.Assigned),
+	// so each partition is reported once.
+	assignMu sync.Mutex
+	reported map[runner.TP]bool
+
+	runDone chan struct{} // closed when Run's sessions have returned
+	started bool          // under mu
+}
+
+type recKey struct {
+	tp  runner.TP
+	off int64
+}
+
+type heldRec struct {
+	copies []heldCopy
+}
+
+type heldCopy struct {
+	s   *session
+	rec *kgo.Record
+}
+
+// New returns a Source that joins share group group on brokers and
+// consumes topics. It creates one franz-go client per session; they join
+// the group only when Run starts. It returns a *ConfigError for invalid
+// arguments or options.
+func New(brokers []string, group string, topics []string, opts ...Option) (*Source, error) {
+	switch {
+	case len(brokers) == 0:
+		return nil, &ConfigError{Option: "brokers", Reason: "no seed broker"}
+	case group == "":
+		return nil, &ConfigError{Option: "group", Reason: "empty group"}
+	case len(topics) == 0:
+		return nil, &ConfigError{Option: "topics", Reason: "no topic"}
+	}
+	for i, t := range topics {
+		if t == "" {
+			return nil, &ConfigError{Option: "topics", Reason: fmt.Sprintf("topic %d is empty", i)}
+		}
+		if slices.Contains(topics[:i], t) {
+			return nil, &ConfigError{Option: "topics", Reason: fmt.Sprintf("topic %q given twice", t)}
+		}
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Source{
+		cfg:      cfg,
+		group:    group,
+		topics:   slices.Clone(topics),
+		log:      cfg.logger.With("component", "tidemark.share", "group", group),
+		held:     map[recKey]*heldRec{},
+		paused:   map[runner.TP]struct{}{},
+		reported: map[runner.TP]bool{},
+		runDone:  make(chan struct{}),
+	}
+	for i := range cfg.sessions {
+		ss := &session{src: s, id: i, held: map[recKey]*kgo.Record{}, wake: make(chan struct{}, 1)}
+		kopts := append([]kgo.Opt{
+			kgo.WithLogger(kgoLogger{cfg.logger.With("component", "franz-go", "group", group, "session", i)}),
+		}, cfg.clientOpts...)
+		kopts = append(kopts,
+			kgo.SeedBrokers(brokers...),
+			kgo.ShareGroup(group),
+			// No topics yet: Run subscribes, so the session joins only
+			// once it can report to the runner.
+			kgo.ConsumeTopics(),
+			// The broker acquires at most this many records per fetch,
+			// and the client fetches only while a poll runs: nothing is
+			// acquired (its lock running) long before it is handed over.
+			kgo.ShareMaxRecords(int32(cfg.maxPollRecords)),
+			kgo.ShareMaxRecordsStrict(),
+			kgo.ShareAckCallback(ss.onAcks),
+		)
+		cl, err := kgo.NewClient(kopts...)
+		if err != nil {
+			s.closeClients()
+			return nil, fmt.Errorf("share: creating the client of session %d: %w", i, err)
+		}
+		if n, _ := cl.OptValue(kgo.MaxConcurrentFetches).(int); n != 0 {
+			cl.Close()
+			s.closeClients()
+			return nil, &ConfigError{Option: "ClientOptions", Reason: fmt.Sprintf("kgo.MaxConcurrentFetches(%d): a share session must fetch only while it polls (0), or records would be acquired and their locks run before they are handed over", n)}
+		}
+		ss.cl = cl
+		ss.idle, _ = cl.OptValue(kgo.ConnIdleTimeout).(time.Duration)
+		s.sessions = append(s.sessions, ss)
+	}
+	return s, nil
+}
+
+func (s *Source) closeClients() {
+	for _, ss := range s.sessions {
+		ss.cl.Close()
+	}
+}
+
+// Run applies the GroupConfig settings, subscribes every session and runs
+// them until ctx is done or Close; it returns nil then, or the error that
+// stopped it (a group config the broker refused).
+func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
+	s.mu.Lock()
+	if s.started || s.closed {
+		s.mu.Unlock()
+		return runner.ErrStopped
+	}
+	s.started = true
+	ctx, cancel := context.WithCancel(ctx)
+	s.stop = cancel
+	s.mu.Unlock()
+	defer close(s.runDone)
+	defer cancel()
+
+	if len(s.cfg.groupConfigs) > 0 {
+		if err := alterGroupConfigs(ctx, s.sessions[0].cl, s.group, s.cfg.groupConfigs); err != nil {
+			return err
+		}
+	}
+	var wg sync.WaitGroup
+	for _, ss := range s.sessions {
+		ss.cl.AddConsumeTopics(s.topics...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ss.run(ctx, sink)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// alterGroupConfigs sets configs on the share group's GROUP resource.
+func alterGroupConfigs(ctx context.Context, cl *kgo.Client, group string, kvs [][2]string) error {
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+	res.ResourceName = group
+	for _, kv := range kvs {
+		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		c.Name = kv[0]
+		v := kv[1]
+		c.Value = &v
+		c.Op = kmsg.IncrementalAlterConfigOpSet
+		res.Configs = append(res.Configs, c)
+	}
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("share: setting the configs of group %q: %w", group, err)
+	}
+	for _, r := range resp.Resources {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			msg := ""
+			if r.ErrorMessage != nil {
+				msg = ": " + *r.ErrorMessage
+			}
+			return fmt.Errorf("share: setting the configs of group %q: %w%s", group, err, msg)
+		}
+	}
+	return nil
+}
+
+// Settle acks the record at tp/offset, and every other copy the source
+// holds of it, with the runner's outcome: Accepted → AckAccept, Rejected →
+// AckReject, Released → AckRelease. It is called from the runner's poll
+// goroutine and does not block: franz-go queues the acks and sends them
+// within about a second, with the session's next fetch, or at Close.
+func (s *Source) Settle(tp runner.TP, offset int64, st runner.Settlement) {
+	status := kgo.AckRelease
+	switch st {
+	case runner.Accepted:
+		status = kgo.AckAccept
+	case runner.Rejected:
+		status = kgo.AckReject
+	}
+	k := recKey{tp, offset}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.held[k]
+	if h == nil {
+		s.log.Error("settled a record the source does not hold", "record", tp.String()+"@"+strconv.FormatInt(offset, 10), "settlement", st.String())
+		return
+	}
+	delete(s.held, k)
+	for _, c := range h.copies {
+		// The ack before the session may see itself settled: its next
+		// poll would accept a record left without a terminal ack.
+		c.rec.Ack(status)
+		delete(c.s.held, k)
+		if len(c.s.held) == 0 {
+			c.s.signal()
+		}
+	}
+}
+
+// Pause and Resume record the runner's flow control. A share fetch cannot
+// leave partitions out without acquiring and then releasing their records
+// (raising their delivery counts), so a session does not poll at all while
+// any partition is paused.
+func (s *Source) Pause(tps []runner.TP) {
+	s.mu.Lock()
+	for _, tp := range tps {
+		s.paused[tp] = struct{}{}
+	}
+	s.mu.Unlock()
+}
+
+// Resume: see Pause.
+func (s *Source) Resume(tps []runner.TP) {
+	s.mu.Lock()
+	for _, tp := range tps {
+		delete(s.paused, tp)
+	}
+	wake := len(s.paused) == 0
+	s.mu.Unlock()
+	if wake {
+		for _, ss := range s.sessions {
+			ss.signal()
+		}
+	}
+}
+
+// errNoCommit is what Commit returns: the runner never commits over a
+// runner.Settler, so a call is a bug.
+var errNoCommit = errors.New("share: a share group has no offsets to commit")
+
+// Commit returns an error: a share source settles records one by one and
+// the runner never calls Commit over it.
+func (s *Source) Commit(context.Context, []runner.Offset) error { return errNoCommit }
+
+// LimitFetch sizes every session's fetches so that what the sessions hold
+// stays within l.Bytes: each gets FetchMaxBytes = l.Bytes / (2 × Sessions)
+// (a fetch being handed over, and the one a poll may have started before it
+// returned) and FetchMaxPartitionBytes = min(that, l.PartitionBytes /
+// l.MaxCompression). It fails when that leaves a fetch under 1 KiB.
+func (s *Source) LimitFetch(l runner.FetchLimits) error {
+	per := l.Bytes / int64(2*len(s.sessions))
+	if per < 1<<10 {
+		return fmt.Errorf("share: %d bytes for %d sessions leave each fetch %d bytes, under 1 KiB (raise MaxBufferedBytes or lower Sessions)", l.Bytes, len(s.sessions), per)
+	}
+	per = min(per, 50<<20)
+	part := min(per, int64(float64(l.PartitionBytes)/max(l.MaxCompression, 1)))
+	for _, ss := range s.sessions {
+		ss.cl.UpdateFetchMaxBytes(int32(per), int32(max(part, 1<<10)))
+	}
+	return nil
+}
+
+// WriteDeadLetter produces rec's key, value and headers to topic through
+// the first session's client and returns once the broker acknowledged the
+// write, or with the produce error; ctx bounds the wait. It is safe to call
+// concurrently.
+func (s *Source) WriteDeadLetter(ctx context.Context, topic string, rec runner.Record) error {
+	r := &kgo.Record{Topic: topic, Key: rec.Key, Value: rec.Value}
+	if len(rec.Headers) > 0 {
+		r.Headers = make([]kgo.RecordHeader, len(rec.Headers))
+		for i, h := range rec.Headers {
+			r.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+	}
+	if err := s.sessions[0].cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		return fmt.Errorf("share: dead-lettering %s to %s: %w", rec.String(), topic, err)
+	}
+	return nil
+}
+
+// Close stops the sessions, releases every record still held (the runner
+// has stopped: whatever it did not settle did not finish here), flushes
+// the acks and leaves the group, within CloseTimeout. It returns the first
+// error of the flush or the leave; it is safe to call more than once.
+func (s *Source) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	started, stop := s.started, s.stop
+	s.mu.Unlock()
+	if started {
+		stop()
+		<-s.runDone
+	}
+	s.mu.Lock()
+	n := 0
+	for k, h := range s.held {
+		for _, c := range h.copies {
+			c.rec.Ack(kgo.AckRelease)
+			delete(c.s.held, k)
+			n++
+		}
+		delete(s.held, k)
+	}
+	s.mu.Unlock()
+	if n > 0 {
+		s.log.Info("released the records still held", "records", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.closeTimeout)
+	defer cancel()
+	var errs []error
+	var wg sync.WaitGroup
+	errc := make([]error, len(s.sessions))
+	for i, ss := range s.sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := ss.cl.FlushAcks(ctx); err != nil {
+				errc[i] = fmt.Errorf("share: session %d: flushing acks: %w", i, err)
+			}
+			if err := ss.cl.LeaveGroupContext(ctx); err != nil && errc[i] == nil {
+				errc[i] = fmt.Errorf("share: session %d: leaving the group: %w", i, err)
+			}
+			ss.cl.Close()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errc {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// report tells the runner about partitions it has not seen yet, once each.
+func (s *Source) report(ctx context.Context, sink runner.Sink, tps []runner.TP) error {
+	s.assignMu.Lock()
+	defer s.assignMu.Unlock()
+	var as []runner.Assignment
+	for _, tp := range tps {
+		if !s.reported[tp] {
+			as = append(as, runner.Assignment{TP: tp, Start: -1, Generation: runner.NoGeneration})
+		}
+	}
+	if len(as) == 0 {
+		return nil
+	}
+	if err := sink.Assigned(ctx, as); err != nil {
+		return err
+	}
+	for _, a := range as {
+		s.reported[a.TP] = true
+	}
+	return nil
+}
+
+// kgoLogger adapts slog to kgo.Logger.
+type kgoLogger struct{ l *slog.Logger }
+
+func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	switch level {
+	case kgo.LogLevelError:
+		k.l.Error(msg, keyvals...)
+	case kgo.LogLevelWarn:
+		k.l.Warn(msg, keyvals...)
+	case kgo.LogLevelInfo:
+		k.l.Info(msg, keyvals...)
+	default:
+		k.l.Debug(msg, keyvals...)
+	}
+}
