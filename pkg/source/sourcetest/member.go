@@ -342,17 +342,24 @@ func (k spySink) Assigned(ctx context.Context, parts []runner.Assignment) error 
 		if s.owned[a.TP] {
 			s.fail("%s assigned again without a revoke or loss", a.TP)
 		}
-		s.owned[a.TP] = true
-		delete(s.lostAt, a.TP)
 	}
 	s.mu.Unlock()
+	err := k.Sink.Assigned(ctx, parts)
+	// Own the partitions and record the event in one step, once the runner
+	// has acted: a test that waits for ownership then reads the events
+	// must find this one (it did not when ownership came first).
 	s.board.mu.Lock()
 	for _, tp := range tps {
 		s.board.owner[tp] = s
 	}
 	s.board.mu.Unlock()
-	err := k.Sink.Assigned(ctx, parts)
-	k.record(assigned, tps, at)
+	s.mu.Lock()
+	for _, tp := range tps {
+		s.owned[tp] = true
+		delete(s.lostAt, tp)
+	}
+	s.events = append(s.events, event{kind: assigned, tps: slices.Clone(tps), at: at, done: time.Now()})
+	s.mu.Unlock()
 	return err
 }
 
