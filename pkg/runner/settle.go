@@ -131,3 +131,20 @@ func (s *pollState) settleDropped(t *task) {
 		s.acts.settlements = append(s.acts.settlements, settlement{t.ps.tp, t.rec.Offset, Released})
 	}
 }
+
+// firstUnfinished is what a *DrainError names for ps, which has records
+// still running: its safe offset (the first unfinished record, where the
+// next owner starts), or in settled mode, where there is none, the lowest
+// offset of those records.
+func (s *pollState) firstUnfinished(ps *partState) int64 {
+	if !s.settled {
+		return ps.p.Safe()
+	}
+	low := int64(-1)
+	for t := ps.oldest; t != nil; t = t.next {
+		if t.started && (low < 0 || t.rec.Offset < low) {
+			low = t.rec.Offset
+		}
+	}
+	return low
+}
