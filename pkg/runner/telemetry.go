@@ -404,9 +404,17 @@ func (o oldestRecord) record(tp TP) string {
 
 // oldest finds ps's oldest unfinished record: the tracker's oldest
 // outstanding offset. It is the head of ps's list of tasks, or, when it has
-// no task any more, the fenced record the safe offset cannot pass.
+// no task any more, the fenced record the safe offset cannot pass. In
+// settled mode, with no tracker, it is the head of the list: the first
+// delivered of the records not finished.
 func (s *pollState) oldest(ps *partState) oldestRecord {
 	off, ok := ps.p.Tracker().Oldest()
+	if s.settled {
+		ok = ps.oldest != nil
+		if ok {
+			off = ps.oldest.rec.Offset
+		}
+	}
 	if !ok {
 		return oldestRecord{offset: -1}
 	}
