@@ -20,7 +20,7 @@ func (s *pollState) deliver(b *Batch) {
 	now := s.now()
 	for i := range b.Records {
 		rec := &b.Records[i]
-		if err := s.track(ps, rec.Offset); err != nil {
+		if err := s.track(ps, rec); err != nil {
 			// A redelivered or out-of-order offset: the first delivery is
 			// tracked, so this copy is dropped, loudly.
 			s.log.Warn("record delivered out of order; dropped", "record", rec.String(), "err", err)

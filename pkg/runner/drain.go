@@ -189,14 +189,20 @@ func (s *pollState) finishDrains(ds []*drain, commitErr error) {
 			}
 			tp := ps.tp
 			if ps.inflight > 0 {
-				unfinished[tp] = ps.p.Safe()
+				unfinished[tp] = s.firstUnfinished(ps)
 			}
 			final, _ := s.table.Revoke(tp)
 			ps.closed = true
 			ps.cancel()
 			s.release(ps)
 			delete(s.parts, tp)
-			s.log.Info("partition revoked", "partition", tp.String(), "epoch", uint64(ps.epoch), "safe", final, "acknowledged", ps.p.Acknowledged(), "unfinished", ps.inflight)
+			if s.settled {
+				// Nothing is revoked or committed: the source releases what
+				// still runs on Close.
+				s.log.Info("partition stopped", "partition", tp.String(), "unfinished", ps.inflight)
+			} else {
+				s.log.Info("partition revoked", "partition", tp.String(), "epoch", uint64(ps.epoch), "safe", final, "acknowledged", ps.p.Acknowledged(), "unfinished", ps.inflight)
+			}
 		}
 		var err error
 		if len(unfinished) > 0 {

@@ -238,7 +238,8 @@ func (r *Runner) Close() error {
 // will be delivered again to the next owner.
 type DrainError struct {
 	// Unfinished maps each partition to its committed safe offset, the first
-	// unfinished record.
+	// unfinished record; over a Settler (no offsets committed), to the
+	// lowest offset of its records still running.
 	Unfinished map[TP]int64
 }
 

@@ -93,12 +93,19 @@ type settlement struct {
 }
 
 // track records a delivery in ps's tracker, or nothing in settled mode,
-// where offsets arrive in any order and again.
-func (s *pollState) track(ps *partState, offset int64) error {
-	if s.settled {
-		return nil
+// where offsets arrive in any order and again. A record with a delivery
+// count (a share group's) has it measured (tidemark.record.delivery_count,
+// tidemark.records.redelivered) once the runner takes it.
+func (s *pollState) track(ps *partState, rec *Record) error {
+	if !s.settled {
+		if err := ps.p.Deliver(rec.Offset); err != nil {
+			return err
+		}
 	}
-	return ps.p.Deliver(offset)
+	if rec.DeliveryCount > 0 {
+		s.tel.delivered(rec.Topic, rec.DeliveryCount)
+	}
+	return nil
 }
 
 // settleDone settles a finished task in settled mode; it reports whether
@@ -123,4 +130,21 @@ func (s *pollState) settleDropped(t *task) {
 	if s.settled {
 		s.acts.settlements = append(s.acts.settlements, settlement{t.ps.tp, t.rec.Offset, Released})
 	}
+}
+
+// firstUnfinished is what a *DrainError names for ps, which has records
+// still running: its safe offset (the first unfinished record, where the
+// next owner starts), or in settled mode, where there is none, the lowest
+// offset of those records.
+func (s *pollState) firstUnfinished(ps *partState) int64 {
+	if !s.settled {
+		return ps.p.Safe()
+	}
+	low := int64(-1)
+	for t := ps.oldest; t != nil; t = t.next {
+		if t.started && (low < 0 || t.rec.Offset < low) {
+			low = t.rec.Offset
+		}
+	}
+	return low
 }

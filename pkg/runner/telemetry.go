@@ -28,6 +28,8 @@ type telemetry struct {
 	revokes, pauses, outOfOrder metric.Int64Counter
 	commitFailures, windowFull  metric.Int64Counter
 	replaySkipped, fenced       metric.Int64Counter
+	redelivered                 metric.Int64Counter
+	deliveries                  metric.Int64Histogram
 	duration, commitLatency     metric.Float64Histogram
 	topicAttrs                  map[string]topicOpts
 	reg                         metric.Registration
@@ -72,6 +74,13 @@ func newTelemetry(mp metric.MeterProvider, r *Runner) (*telemetry, error) {
 	t.fenced = counter("tidemark.records.fenced", "Handler attempts fenced by a newer owner of the partition.")
 	t.commitFailures = counter("tidemark.commit.failures", "Commit requests that failed or had an unknown outcome.")
 	t.windowFull = counter("tidemark.partitions.window_pauses", "Times a partition was paused with its uncommitted window full behind an unfinished record.")
+	t.redelivered = counter("tidemark.records.redelivered", "Records the runner took that the broker had delivered before (delivery count above 1; share groups).")
+	if err != nil {
+		return nil, err
+	}
+	t.deliveries, err = m.Int64Histogram("tidemark.record.delivery_count",
+		metric.WithDescription("The broker's delivery count of each record the runner took, from sources that count deliveries (share groups): 1 on a first delivery."),
+		metric.WithExplicitBucketBoundaries(1, 2, 3, 4, 5, 10))
 	if err != nil {
 		return nil, err
 	}
@@ -167,6 +176,18 @@ func (t *telemetry) failed(ctx context.Context, topic string) {
 	t.failedC.Add(ctx, 1, t.topicAttrs[topic].add...)
 }
 
+// delivered records the delivery count n of a record of topic the runner
+// took, from a source that counts deliveries (n > 0), and counts it as
+// redelivered when n > 1. With no meter provider installed both are no-ops
+// that allocate nothing.
+func (t *telemetry) delivered(topic string, n int32) {
+	a := t.topicAttrs[topic]
+	t.deliveries.Record(context.Background(), int64(n), a.rec...)
+	if n > 1 {
+		t.redelivered.Add(context.Background(), 1, a.add...)
+	}
+}
+
 // tracer starts one consumer span per handled record, continuing the trace
 // of a W3C traceparent header when the record has one.
 type tracer struct {
@@ -216,6 +237,11 @@ func (tr tracer) start(ctx context.Context, rec *Record) (context.Context, trace
 			attribute.Int("messaging.destination.partition.id", int(rec.Partition)),
 			attribute.Int64("messaging.kafka.offset", rec.Offset),
 		)
+		if rec.DeliveryCount > 0 {
+			// The broker's count (share groups): the semantic conventions
+			// name none for Kafka, so it is ours.
+			span.SetAttributes(attribute.Int("tidemark.record.delivery_count", int(rec.DeliveryCount)))
+		}
 	}
 	return ctx, span
 }
@@ -378,9 +404,17 @@ func (o oldestRecord) record(tp TP) string {
 
 // oldest finds ps's oldest unfinished record: the tracker's oldest
 // outstanding offset. It is the head of ps's list of tasks, or, when it has
-// no task any more, the fenced record the safe offset cannot pass.
+// no task any more, the fenced record the safe offset cannot pass. In
+// settled mode, with no tracker, it is the head of the list: the first
+// delivered of the records not finished.
 func (s *pollState) oldest(ps *partState) oldestRecord {
 	off, ok := ps.p.Tracker().Oldest()
+	if s.settled {
+		ok = ps.oldest != nil
+		if ok {
+			off = ps.oldest.rec.Offset
+		}
+	}
 	if !ok {
 		return oldestRecord{offset: -1}
 	}

@@ -31,5 +31,6 @@
 //     nothing here (KeyOrder, PartitionOrder, Block, commit settings,
 //     Window, OnAssign); the default order is Unordered.
 //
+// The package Example runs a whole consumer, against a fake cluster.
 // docs/share.md says exactly what is promised and what is not.
 package share
