@@ -35,6 +35,9 @@ import (
 // a Store that gets the partition back bumps again.
 func (s *Store) AssignHook() runner.AssignHook {
 	return func(ctx context.Context, as []runner.Assignment) ([]runner.Applied, error) {
+		if s.cfg.share {
+			return nil, errShareHook
+		}
 		if len(as) == 0 {
 			return nil, nil
 		}
