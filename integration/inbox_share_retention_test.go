@@ -96,3 +96,75 @@ func TestInboxShareRetentionBound(t *testing.T) {
 		t.Fatalf("applied mark %d after pruning below %d", mark, start)
 	}
 }
+
+// TestInboxShareLease: a ShareGroup Store creates one lease row per
+// partition for the whole group, concurrently from many members without
+// error, never bumps it, and applies a record once whichever member runs
+// it. An epoch changed by hand while an effect runs fences that
+// transaction; the Store reads the new epoch and applies the record once.
+func TestInboxShareLease(t *testing.T) {
+	pool := inboxDB(t)
+	ctx := context.Background()
+	const members = 8
+	stores := make([]*inbox.Store, members)
+	hs := make([]runner.Handler, members)
+	for i := range stores {
+		stores[i] = inboxStore(t, pool, "sg", inbox.ShareGroup())
+		hs[i] = stores[i].Handler(inboxEffect("m"))
+	}
+	rec := func(off int64) runner.Record { r := inboxRec("t", 0, off); r.DeliveryCount = 1; return r }
+	errs := make(chan error, members)
+	for i := range hs {
+		go func() { errs <- hs[i](ctx, rec(0)) }() // every member gets offset 0 at once
+	}
+	for range members {
+		if err := <-errs; err != nil {
+			t.Fatalf("a member's first record: %v", err)
+		}
+	}
+	if got := inboxCount(t, pool, `SELECT count(*) FROM tidemark_lease WHERE group_id = 'sg'`); got != 1 {
+		t.Fatalf("%d lease rows for one partition, want 1", got)
+	}
+	if got := inboxCount(t, pool, `SELECT count(*) FROM effects`); got != 1 {
+		t.Fatalf("offset 0 delivered to %d members at once: %d effects, want 1", members, got)
+	}
+	var replays int64
+	for _, s := range stores {
+		replays += s.Stats().Replays
+	}
+	if replays != members-1 {
+		t.Fatalf("%d replays counted, want %d", replays, members-1)
+	}
+
+	// A reset by hand while an effect runs.
+	inEffect, bumped := make(chan struct{}), make(chan struct{})
+	var calls int
+	s := stores[0]
+	h := s.Handler(func(ctx context.Context, tx pgx.Tx, r runner.Record) error {
+		calls++
+		if calls == 1 {
+			close(inEffect)
+			<-bumped
+		}
+		return inboxEffect("m")(ctx, tx, r)
+	})
+	done := make(chan error, 1)
+	go func() { done <- h(ctx, rec(1)) }()
+	<-inEffect
+	if _, err := pool.Exec(ctx, `UPDATE tidemark_lease SET epoch = epoch + 1 WHERE group_id = 'sg'`); err != nil {
+		t.Fatal(err)
+	}
+	close(bumped)
+	if err := <-done; err != nil {
+		t.Fatalf("record 1 after a lease reset: %v, want it applied at the new epoch", err)
+	}
+	if calls != 2 || s.Stats().Fenced != 1 {
+		t.Fatalf("%d effect calls, %d fenced; want the fenced attempt and one more", calls, s.Stats().Fenced)
+	}
+	if got := inboxCount(t, pool, `SELECT count(*) FROM effects WHERE "offset" = 1`); got != 1 {
+		t.Fatalf("record 1: %d effects, want 1", got)
+	}
+	if got := inboxCount(t, pool, `SELECT epoch FROM tidemark_lease WHERE group_id = 'sg'`); got != 2 {
+		t.Fatalf("lease epoch %d, want 2 (1, reset once by hand, never bumped by the Store)", got)
+	}
+}
