@@ -301,8 +301,16 @@ func report(t *testing.T, s summary) {
 	}
 	fmt.Fprintf(&b, "  worst recovery     %.1fs (%s)\n", s.WorstRecovery, s.WorstKind)
 	fmt.Fprintf(&b, "  final catch-up     %.1fs\n", s.FinalCatchUp)
-	fmt.Fprintf(&b, "  offset samples     %d (%d failed during restarts), backward commits %d\n", s.Samples, s.SamplesFailed, s.BackwardCommits)
-	fmt.Fprintf(&b, "  lost %d, duplicated %d, key order violations %d, dead-lettered %d\n", s.Lost, s.Duplicated, s.OrderViolations, s.DeadLettered)
+	if s.Mode == "share" {
+		fmt.Fprintf(&b, "  lag samples        %d (%d failed during restarts)\n", s.Samples, s.SamplesFailed)
+	} else {
+		fmt.Fprintf(&b, "  offset samples     %d (%d failed during restarts), backward commits %d\n", s.Samples, s.SamplesFailed, s.BackwardCommits)
+	}
+	order := fmt.Sprintf("key order violations %d", s.OrderViolations)
+	if s.Mode == "share" {
+		order = "key order not checked (share group)"
+	}
+	fmt.Fprintf(&b, "  lost %d, duplicated %d, %s, dead-lettered %d\n", s.Lost, s.Duplicated, order, s.DeadLettered)
 	fmt.Fprintf(&b, "  result             %s", map[bool]string{true: "PASS", false: "FAIL"}[s.Pass])
 	t.Log(b.String())
 	if path := os.Getenv("TIDEMARK_CHAOS_SUMMARY"); path != "" {
