@@ -68,6 +68,11 @@ func TestInboxShareHelperProcess(t *testing.T) {
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = sp.Schema
 	cfg.ConnConfig.RuntimeParams["application_name"] = "inbox-share-" + sp.Owner
+	// What docs/inbox.md tells users to set: a frozen process's open
+	// transactions (and the inbox rows they hold locked) end after 2 s,
+	// instead of stalling the other members' claims of those records —
+	// and with them the others' whole sessions — until it wakes.
+	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "2000"
 	cfg.MaxConns = int32(sp.Concurrency) + 2
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -300,9 +305,11 @@ func TestInboxShareKill9(t *testing.T) {
 
 // TestInboxShareSIGSTOP: three processes; one is frozen with SIGSTOP past
 // the lock duration while it holds records it has not started (waiting for
-// a worker). The broker gives them to the others, who apply them; woken, the
-// frozen process runs them anyway, and each of those late runs finds the
-// row: a replay, counted in its Stats. Every effect is applied once.
+// a worker) and records inside open transactions (which PostgreSQL ends
+// after idle_in_transaction_session_timeout). The broker gives them to the
+// others, who apply them; woken, the frozen process runs its waiting
+// records anyway, and each of those late runs finds the row: a replay,
+// counted in its Stats. Every effect is applied once.
 func TestInboxShareSIGSTOP(t *testing.T) {
 	inboxSharePartitions(t, func(t *testing.T, partitions int) {
 		const n = 400
@@ -315,7 +322,12 @@ func TestInboxShareSIGSTOP(t *testing.T) {
 		if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(3 * shareLock)
+		// Frozen for at least three lock durations, and until the others
+		// applied records c1 held (at delivery count 2).
+		frozen := time.Now()
+		kafkatest.WaitFor(t, time.Minute, "the others applying records c1 held", func() bool {
+			return time.Since(frozen) >= 3*shareLock && f.effects("owner NOT LIKE 'c1 %' AND owner NOT LIKE '% d1'") > 0
+		})
 		if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
