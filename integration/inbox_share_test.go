@@ -44,6 +44,8 @@ type inboxShareSpec struct {
 	Poison                      string        // the value whose effect always fails ("": none)
 	DLQ                         string        // the broker's dead-letter topic ("": none)
 	Sessions, Poll, Concurrency int
+	Crash                       bool // the poison record kills the process (exit 7) instead of failing
+	DeliveryLimit               int  // share.delivery.count.limit (0: the broker's)
 }
 
 // TestInboxShareHelperProcess is the consumer process the share inbox tests
@@ -88,12 +90,19 @@ func TestInboxShareHelperProcess(t *testing.T) {
 	if sp.DLQ != "" {
 		sopts = append(sopts, share.GroupConfig("errors.deadletterqueue.topic.name", sp.DLQ))
 	}
+	if sp.DeliveryLimit > 0 {
+		sopts = append(sopts, share.GroupConfig("share.delivery.count.limit", strconv.Itoa(sp.DeliveryLimit)))
+	}
 	src, err := share.New(bed.Kafka(t), sp.Group, []string{sp.Topic}, sopts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	effect := func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
 		if sp.Poison != "" && string(rec.Value) == sp.Poison {
+			if sp.Crash {
+				fmt.Printf("poison record %s at delivery count %d: exiting\n", rec.String(), rec.DeliveryCount)
+				os.Exit(7)
+			}
 			return errors.New("poison record")
 		}
 		// The effect first, then the delay: a process killed in the delay
@@ -377,4 +386,63 @@ func TestInboxShareSIGTERMAndPoison(t *testing.T) {
 			t.Fatal("c1 applied nothing before its SIGTERM: the test stopped an idle process")
 		}
 	})
+}
+
+// TestInboxSharePoisonCrashes: a poison record that kills every process
+// that runs it (exit 7, as a segfaulting decoder would) is delivered again
+// after each crash, at a higher delivery count, until the broker's
+// delivery limit (share.delivery.count.limit = 3): then the broker archives
+// it and writes it to the group's dead-letter topic, with the delivery
+// count in its headers. Crashed processes are restarted; every other record
+// is applied exactly once, the poison record never. One record per poll,
+// so no other record shares the poison record's deliveries (a record
+// acquired with it by a process that crashes is delivered again too, and
+// would reach the limit with it).
+func TestInboxSharePoisonCrashes(t *testing.T) {
+	const n, poison, limit = 60, 23, 3
+	dlq := brokerDLQ(t)
+	f := newInboxShareFleet(t, 1, n, inboxShareSpec{Sessions: 1, Poll: 1, Concurrency: 1,
+		Poison: strconv.Itoa(poison), Crash: true, DLQ: dlq, DeliveryLimit: limit})
+	live := map[*shareChild]bool{f.start("c1"): true, f.start("c2"): true, f.start("c3"): true}
+	crashes, started := 0, 3
+	deadline := time.Now().Add(2 * time.Minute)
+	for f.effects("true") < n-1 || crashes < limit {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 2 minutes: %d effects of %d, %d crashes (want %d)", f.effects("true"), n-1, crashes, limit)
+		}
+		for c := range live {
+			select {
+			case err := <-c.done:
+				c.done <- err
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+					t.Fatalf("process %s ended with %v, want the poison record's exit 7 (log %s)", c.name, err, c.log)
+				}
+				crashes++
+				delete(live, c)
+				started++
+				live[f.start(fmt.Sprintf("c%d", started))] = true
+			default:
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	recs := readAll(t, dlq, 1)
+	off, _ := recordHeader(recs[0], "__dlq.errors.offset")
+	count, _ := recordHeader(recs[0], "__dlq.errors.delivery.count")
+	msg, _ := recordHeader(recs[0], "__dlq.errors.message")
+	t.Logf("%d crashes; dead letter for offset %s, delivery count %s, message %q", crashes, off, count, msg)
+	if len(recs) != 1 || off != strconv.Itoa(poison) || count != strconv.Itoa(limit) {
+		t.Fatalf("broker DLQ: %d records, the first for offset %q at delivery count %q; want one, for offset %d at %d", len(recs), off, count, poison, limit)
+	}
+	if crashes != limit {
+		t.Fatalf("%d crashes, want one per delivery: %d", crashes, limit)
+	}
+	for c := range live {
+		f.stop(c, 30*time.Second)
+	}
+	f.exactlyOnce(n-1, time.Minute)
+	if got := f.effects("value = $1", strconv.Itoa(poison)); got != 0 {
+		t.Fatalf("the poison record has %d effects", got)
+	}
 }
