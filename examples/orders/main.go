@@ -17,6 +17,16 @@
 //	-instance-id static group membership id, e.g. the pod name [ORDERS_INSTANCE_ID]
 //	-delay       extra latency per order, for demos and tests (default 0) [ORDERS_DELAY]
 //	-session-timeout  group session timeout (default 10s) [ORDERS_SESSION_TIMEOUT]
+//	-mode        group (a consumer group, default) or share (a share group,
+//	             KIP-932: Kafka 4.2+) [ORDERS_MODE]
+//	-share-lock  share mode: the group's acquisition lock
+//	             (share.record.lock.duration.ms; default 0: the broker's) [ORDERS_SHARE_LOCK]
+//
+// In share mode -group names a share group; every process reads every
+// partition, the inbox row alone makes a redelivered order a replay (no
+// lease: inbox.ShareGroup), orders of one customer are applied in no
+// particular order, and retention prunes below the share-partition start
+// offsets (see docs/inbox.md).
 //
 // A malformed order goes to the dead-letter topic after 5 attempts. Any
 // other failure — the database down or restarting, a connection lost — is
@@ -61,6 +71,7 @@ import (
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/shutdown"
 	"github.com/tidemark/tidemark/pkg/source/franz"
+	"github.com/tidemark/tidemark/pkg/source/share"
 )
 
 // Order is one order event, the value of a record keyed by Customer.
@@ -82,6 +93,8 @@ type config struct {
 	delay       time.Duration
 	session     time.Duration
 	budget      time.Duration
+	share       bool
+	shareLock   time.Duration
 }
 
 func main() {
@@ -117,8 +130,17 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.instanceID, "instance-id", env("ORDERS_INSTANCE_ID", ""), "static membership id")
 	delay := fs.String("delay", env("ORDERS_DELAY", "0s"), "extra latency per order")
 	session := fs.String("session-timeout", env("ORDERS_SESSION_TIMEOUT", "10s"), "group session timeout")
+	mode := fs.String("mode", env("ORDERS_MODE", "group"), "group (consumer group) or share (share group)")
+	shareLock := fs.String("share-lock", env("ORDERS_SHARE_LOCK", "0s"), "share mode: the group's acquisition lock (0: the broker's)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	switch *mode {
+	case "group":
+	case "share":
+		c.share = true
+	default:
+		return c, fmt.Errorf("-mode / ORDERS_MODE %q: want group or share", *mode)
 	}
 	if c.dsn == "" {
 		c.dsn = env("TIDEMARK_PG_DSN", "")
@@ -145,6 +167,9 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	}
 	if c.session, err = time.ParseDuration(*session); err != nil || c.session < time.Second {
 		return c, fmt.Errorf("-session-timeout / ORDERS_SESSION_TIMEOUT %q: want a duration of at least 1s", *session)
+	}
+	if c.shareLock, err = time.ParseDuration(*shareLock); err != nil || c.shareLock < 0 {
+		return c, fmt.Errorf("-share-lock / ORDERS_SHARE_LOCK %q: want a duration such as 30s", *shareLock)
 	}
 	if c.budget, err = shutdown.BudgetFromEnv(); err != nil {
 		return c, err
@@ -248,7 +273,11 @@ func run(cfg config, log *slog.Logger) int {
 		pool.Close()
 		return fail("creating the orders tables", err)
 	}
-	store, err := inbox.New(pool, cfg.group, inbox.MeterProvider(mp), inbox.Logger(log))
+	iopts := []inbox.Option{inbox.MeterProvider(mp), inbox.Logger(log)}
+	if cfg.share {
+		iopts = append(iopts, inbox.ShareGroup())
+	}
+	store, err := inbox.New(pool, cfg.group, iopts...)
 	if err != nil {
 		pool.Close()
 		return fail("inbox", err)
@@ -262,12 +291,7 @@ func run(cfg config, log *slog.Logger) int {
 		return fail("topics", err)
 	}
 
-	fopts := []franz.Option{franz.Logger(log), franz.SessionTimeout(cfg.session),
-		franz.HeartbeatInterval(min(time.Second, cfg.session/3))}
-	if cfg.instanceID != "" {
-		fopts = append(fopts, franz.InstanceID(cfg.instanceID))
-	}
-	src, err := franz.New(cfg.brokers, cfg.group, []string{cfg.topic}, fopts...)
+	src, err := newSource(cfg, log)
 	if err != nil {
 		pool.Close()
 		return fail("kafka source", err)
@@ -282,16 +306,21 @@ func run(cfg config, log *slog.Logger) int {
 		}
 		return apply(ctx, tx, rec)
 	})
-	r, err := runner.New(src,
+	ropts := []runner.Option{
 		runner.Handle(cfg.topic, retryTransient(handle, log)),
-		runner.OnAssign(store.AssignHook()),
 		runner.Concurrency(cfg.concurrency),
 		runner.Failure(runner.DeadLetter(cfg.dlq, 5, nil)),
 		runner.Backoff(50*time.Millisecond, 5*time.Second),
-		runner.DrainBudget(cfg.budget/2),
+		runner.DrainBudget(cfg.budget / 2),
 		runner.Logger(log),
 		runner.MeterProvider(mp),
-	)
+	}
+	if !cfg.share {
+		// A share group has no assignments and no lease (the runner
+		// refuses OnAssign over a share source).
+		ropts = append(ropts, runner.OnAssign(store.AssignHook()))
+	}
+	r, err := runner.New(src, ropts...)
 	if err != nil {
 		pool.Close()
 		return fail("runner", err)
@@ -323,6 +352,23 @@ func run(cfg config, log *slog.Logger) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 
+	if cfg.share {
+		// Retention: a share group commits no offsets; every record below
+		// a share-partition start offset is acknowledged or archived, and
+		// never delivered again, so its inbox row can go.
+		adm, err := kgo.NewClient(kgo.SeedBrokers(cfg.brokers...))
+		if err != nil {
+			return fail("admin client", err)
+		}
+		defer adm.Close()
+		rctx, stopRetention := context.WithCancel(ctx)
+		retained := make(chan struct{})
+		go func() {
+			defer close(retained)
+			_ = store.RunRetention(rctx, time.Minute, ShareStartOffsets(kadm.NewClient(adm), cfg.group))
+		}()
+		defer func() { stopRetention(); <-retained }()
+	}
 	probes.Started()
 	runDone := make(chan error, 1)
 	go func() { runDone <- r.Run(context.Background()) }()
@@ -345,6 +391,51 @@ func run(cfg config, log *slog.Logger) int {
 	code := shutdown.ExitCode(stopErr)
 	log.Info("exiting", "status", code)
 	return code
+}
+
+// newSource returns the consumer-group source, or in share mode the
+// share-group source, which starts a new group at the earliest offset
+// (share.auto.offset.reset defaults to latest) and sets -share-lock.
+func newSource(cfg config, log *slog.Logger) (runner.Source, error) {
+	if cfg.share {
+		sopts := []share.Option{share.Logger(log), share.GroupConfig("share.auto.offset.reset", "earliest")}
+		if cfg.shareLock > 0 {
+			sopts = append(sopts, share.GroupConfig("share.record.lock.duration.ms", strconv.FormatInt(cfg.shareLock.Milliseconds(), 10)))
+		}
+		return share.New(cfg.brokers, cfg.group, []string{cfg.topic}, sopts...)
+	}
+	fopts := []franz.Option{franz.Logger(log), franz.SessionTimeout(cfg.session),
+		franz.HeartbeatInterval(min(time.Second, cfg.session/3))}
+	if cfg.instanceID != "" {
+		fopts = append(fopts, franz.InstanceID(cfg.instanceID))
+	}
+	return franz.New(cfg.brokers, cfg.group, []string{cfg.topic}, fopts...)
+}
+
+// ShareStartOffsets is the inbox's retention bound over a share group:
+// each partition's share-partition start offset (DescribeShareGroupOffsets).
+// Every record below it is acknowledged or archived and is never delivered
+// again (unless an operator resets the group's offsets). The broker
+// persists the start offset lazily — on Kafka 4.4 it trails the records
+// acknowledged — which only keeps rows longer. A partition the group has
+// no state for is left out: not pruned.
+func ShareStartOffsets(adm *kadm.Client, group string) inbox.CommittedFunc {
+	return func(ctx context.Context, tps []runner.TP) (map[runner.TP]int64, error) {
+		ds, err := adm.DescribeShareGroupOffsets(ctx, group)
+		if err == nil {
+			err = ds.Error()
+		}
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[runner.TP]int64, len(tps))
+		for _, tp := range tps {
+			if o, ok := ds[group].Offsets.Lookup(tp.Topic, tp.Partition); ok && o.Err == nil && o.StartOffset >= 0 {
+				out[tp] = o.StartOffset
+			}
+		}
+		return out, nil
+	}
 }
 
 // retryTransient retries h until it succeeds, unless the order is

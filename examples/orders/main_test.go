@@ -30,3 +30,23 @@ func TestConfigNeverPrintsTheDSN(t *testing.T) {
 		t.Fatalf("TIDEMARK_PG_DSN is not the default of -dsn any more: %v", err)
 	}
 }
+
+// TestConfigMode: -mode takes group (the default) or share, with
+// -share-lock; anything else is refused naming the flag.
+func TestConfigMode(t *testing.T) {
+	t.Setenv("TIDEMARK_KAFKA_BROKERS", "127.0.0.1:9092")
+	t.Setenv("TIDEMARK_PG_DSN", "postgres://orders@127.0.0.1:5432/orders")
+	c, err := parseConfig(nil, &bytes.Buffer{})
+	if err != nil || c.share {
+		t.Fatalf("default: share %v, err %v; want a consumer group", c.share, err)
+	}
+	c, err = parseConfig([]string{"-mode", "share", "-share-lock", "5s"}, &bytes.Buffer{})
+	if err != nil || !c.share || c.shareLock.Seconds() != 5 {
+		t.Fatalf("-mode share -share-lock 5s: share %v, lock %v, err %v", c.share, c.shareLock, err)
+	}
+	for _, args := range [][]string{{"-mode", "queue"}, {"-mode", "share", "-share-lock", "soon"}} {
+		if _, err := parseConfig(args, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), args[len(args)-2]) {
+			t.Errorf("orders %v: %v, want an error naming %s", args, err, args[len(args)-2])
+		}
+	}
+}

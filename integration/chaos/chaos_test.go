@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -38,6 +39,25 @@ const (
 	maxProcs       = 5
 )
 
+// mode is the group the consumers form: "group", a consumer group (the
+// default), or "share", a share group (KIP-932; examples/orders -mode
+// share): every consumer reads every partition, there are no committed
+// offsets (progress is read from the share-partition lag) and no key order
+// to check. `go test -tags integration ./integration/chaos/ -mode share`,
+// or TIDEMARK_CHAOS_MODE=share.
+var mode = flag.String("mode", envOr("TIDEMARK_CHAOS_MODE", "group"), "group (consumer group) or share (share group)")
+
+// shareLock is the acquisition lock of the share mode's group: shorter
+// than pauseFor, so a paused consumer's records go to the others.
+const shareLock = 3 * time.Second
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
 // The kinds of fault.
 const (
 	faultKill     = "kill9"            // SIGKILL one consumer
@@ -60,6 +80,7 @@ type faultStats struct {
 
 // summary is the JSON written to TIDEMARK_CHAOS_SUMMARY.
 type summary struct {
+	Mode            string                 `json:"mode"`
 	Seed            uint64                 `json:"seed"`
 	FaultPhase      float64                `json:"fault_phase_s"`
 	Total           float64                `json:"total_s"`
@@ -86,6 +107,10 @@ type summary struct {
 // docs/chaos.md say what it does.
 func TestChaos(t *testing.T) {
 	began := time.Now()
+	if *mode != "group" && *mode != "share" {
+		t.Fatalf("-mode / TIDEMARK_CHAOS_MODE %q: want group or share", *mode)
+	}
+	shared := *mode == "share"
 	duration := envDuration(t, "TIDEMARK_CHAOS_DURATION", 75*time.Second)
 	rate := envInt(t, "TIDEMARK_CHAOS_RATE", 300)
 	seed := uint64(time.Now().UnixNano())
@@ -97,7 +122,7 @@ func TestChaos(t *testing.T) {
 		seed = v
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
-	t.Logf("chaos: seed %d (replay with TIDEMARK_CHAOS_SEED=%d), %s of faults, %d orders/s", seed, seed, duration, rate)
+	t.Logf("chaos: %s mode, seed %d (replay with TIDEMARK_CHAOS_SEED=%d), %s of faults, %d orders/s", *mode, seed, seed, duration, rate)
 
 	brokers := bed.Kafka(t)
 	tb, tbOut := openBed(t, brokers)
@@ -166,17 +191,19 @@ func TestChaos(t *testing.T) {
 	// rows it claimed) is rolled back after 3 s instead of holding its keys
 	// until the process wakes.
 	svcDSN := dsn + sep + "search_path=" + schema + "&synchronous_commit=on&idle_in_transaction_session_timeout=3000"
-	fl := newFleet(t, bin, logDir,
-		[]string{"-brokers", strings.Join(brokers, ","), "-dsn", svcDSN, "-group", group, "-topic", topic,
-			"-dlq", dlq, "-http", "127.0.0.1:0", "-concurrency", "32", "-session-timeout", sessionTimeout.String()},
-		[]string{"TIDEMARK_SHUTDOWN_BUDGET=10s"})
+	args := []string{"-brokers", strings.Join(brokers, ","), "-dsn", svcDSN, "-group", group, "-topic", topic,
+		"-dlq", dlq, "-http", "127.0.0.1:0", "-concurrency", "32", "-session-timeout", sessionTimeout.String()}
+	if shared {
+		args = append(args, "-mode", "share", "-share-lock", shareLock.String())
+	}
+	fl := newFleet(t, bin, logDir, args, []string{"TIDEMARK_SHUTDOWN_BUDGET=10s"})
 
 	// Everything the run starts ends before the test returns.
 	runCtx, stopRun := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	t.Cleanup(func() { stopRun(); bg.Wait() })
 
-	mon := newMonitor(adm, group, topic, partitions, sampleEvery)
+	mon := newMonitor(adm, group, topic, partitions, sampleEvery, shared)
 	bg.Add(1)
 	go func() { defer bg.Done(); mon.run(runCtx) }()
 
@@ -316,13 +343,13 @@ func TestChaos(t *testing.T) {
 
 	// The checks.
 	recs := readBack(t, brokers, topic)
-	res := check(t, pool, group, topic, recs)
+	res := check(t, pool, group, topic, recs, !shared)
 	dead := deadLettered(t, dlq)
 	backward := mon.backwardCommits()
 	ok, failed := mon.counts()
 
 	sum := summary{
-		Seed: seed, FaultPhase: faultPhase.Seconds(), Total: time.Since(began).Seconds(), Partitions: partitions,
+		Mode: *mode, Seed: seed, FaultPhase: faultPhase.Seconds(), Total: time.Since(began).Seconds(), Partitions: partitions,
 		Produced: len(recs), ProduceFailed: prodFailed.Load(), ConsumersRun: fl.started(), Faults: stats,
 		WorstRecovery: worst.Seconds(), WorstKind: worstKind, FinalCatchUp: catchUpTook.Seconds(),
 		Samples: ok, SamplesFailed: failed, Lost: res.lost, Duplicated: res.duplicated,

@@ -8,6 +8,14 @@
 // in offset order, and no committed offset may ever have gone backward. The
 // run reports the faults it survived and the worst recovery time.
 //
+// With -mode share (or TIDEMARK_CHAOS_MODE=share) the consumers form a
+// share group instead (examples/orders -mode share, a 3 s lock): the same
+// faults and the same lost and duplicated checks, progress read from the
+// share-partition lag, and no key-order or backward-commit check (a share
+// group promises no order and commits no offsets):
+//
+//	go test -count=1 -tags integration ./integration/chaos/ -mode share
+//
 // The tests carry the build tag `integration` and need the project's own test
 // bed, because they restart its services (through internal/testbed, in the
 // test process; it checks that the bed's state names the servers of

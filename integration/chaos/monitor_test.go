@@ -13,7 +13,12 @@ import (
 )
 
 // sample is one reading of the group's committed offsets and the topic's end
-// offsets, per partition.
+// offsets, per partition. Over a share group, which commits nothing,
+// committed is the end offset less the share-partition lag (the records
+// from the share-partition start offset to the end not yet acknowledged):
+// it reaches the end when every record is acknowledged, and it is not
+// monotonic (a released record raises the lag again), so it is not checked
+// for going backward.
 type sample struct {
 	at        time.Time
 	committed map[int32]int64 // -1: nothing committed
@@ -28,6 +33,7 @@ type monitor struct {
 	group, topic string
 	partitions   int
 	interval     time.Duration
+	share        bool
 
 	mu       sync.Mutex
 	last     *sample
@@ -37,8 +43,8 @@ type monitor struct {
 	backward []string
 }
 
-func newMonitor(adm *kadm.Client, group, topic string, partitions int, interval time.Duration) *monitor {
-	return &monitor{adm: adm, group: group, topic: topic, partitions: partitions, interval: interval,
+func newMonitor(adm *kadm.Client, group, topic string, partitions int, interval time.Duration, share bool) *monitor {
+	return &monitor{adm: adm, group: group, topic: topic, partitions: partitions, interval: interval, share: share,
 		highest: make(map[int32]int64)}
 }
 
@@ -70,6 +76,9 @@ func (m *monitor) once(ctx context.Context) {
 	}
 	m.samples++
 	for p, c := range s.committed {
+		if m.share {
+			break
+		}
 		if h, ok := m.highest[p]; ok && c < h {
 			m.backward = append(m.backward, fmt.Sprintf("%s partition %d: committed %d after %d",
 				s.at.Format("15:04:05.000"), p, c, h))
@@ -83,6 +92,9 @@ func (m *monitor) once(ctx context.Context) {
 }
 
 func (m *monitor) read(ctx context.Context) (*sample, error) {
+	if m.share {
+		return m.readShare(ctx)
+	}
 	// Committed first, end offsets second: a committed offset is then never
 	// above the end offset of the same sample.
 	at := time.Now()
@@ -171,4 +183,37 @@ func (s *sample) caughtUp() bool {
 		}
 	}
 	return true
+}
+
+// readShare is read over a share group: end offsets first, then the share
+// lag, so that end - lag never overstates what was acknowledged.
+func (m *monitor) readShare(ctx context.Context) (*sample, error) {
+	at := time.Now()
+	ends, err := m.adm.ListEndOffsets(ctx, m.topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, err
+	}
+	ds, err := m.adm.DescribeShareGroupOffsets(ctx, m.group)
+	if err == nil {
+		err = ds.Error()
+	}
+	if err != nil {
+		return nil, err
+	}
+	s := &sample{at: at, committed: make(map[int32]int64, m.partitions), end: make(map[int32]int64, m.partitions)}
+	for p := range int32(m.partitions) {
+		o, ok := ends.Lookup(m.topic, p)
+		if !ok {
+			return nil, fmt.Errorf("no end offset for partition %d", p)
+		}
+		s.end[p] = o.Offset
+		s.committed[p] = -1
+		if so, ok := ds[m.group].Offsets.Lookup(m.topic, p); ok && so.Err == nil && so.Lag >= 0 {
+			s.committed[p] = max(o.Offset-so.Lag, 0)
+		}
+	}
+	return s, nil
 }

@@ -87,7 +87,20 @@ func newBatcher(s *Store, fn Effect) *batcher {
 func (b *batcher) handle(ctx context.Context, rec runner.Record) error {
 	tp := rec.TP()
 	l, ok := b.s.lease(tp)
-	if !ok {
+	switch {
+	case b.s.cfg.share && rec.DeliveryCount < 1:
+		return fmt.Errorf("%w (record %s)", ErrNotShared, rec.String())
+	case !ok && b.s.cfg.share:
+		sc, err := b.s.resolve(ctx)
+		if err != nil {
+			return err
+		}
+		if l, err = b.s.shareLease(ctx, sc, tp); err != nil {
+			return err
+		}
+	case !ok && rec.DeliveryCount > 0:
+		return fmt.Errorf("%w (record %s comes from a share group: make the Store with inbox.ShareGroup() instead)", ErrNoLease, rec.String())
+	case !ok:
 		return fmt.Errorf("%w (record %s)", ErrNoLease, rec.String())
 	}
 	// A record whose last COMMIT is in doubt is not claimed again until
@@ -322,7 +335,11 @@ func (b *batcher) run(ctx context.Context, batch []*item, l lease) {
 		if retakes == maxRetakes {
 			break
 		}
-		epoch, won, rerr := s.retake(ctx, sc, tp, l, fe.Current)
+		retake := s.retake
+		if s.cfg.share {
+			retake = s.reread
+		}
+		epoch, won, rerr := retake(ctx, sc, tp, l, fe.Current)
 		if rerr != nil {
 			err = rerr
 			break

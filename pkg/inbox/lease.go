@@ -33,8 +33,13 @@ import (
 // with backoff; a missing schema is reported as ErrNotMigrated. Nothing
 // needs releasing on revoke: the next owner's bump fences this member, and
 // a Store that gets the partition back bumps again.
+//
+// A ShareGroup Store takes no leases: its hook fails every call.
 func (s *Store) AssignHook() runner.AssignHook {
 	return func(ctx context.Context, as []runner.Assignment) ([]runner.Applied, error) {
+		if s.cfg.share {
+			return nil, errShareHook
+		}
 		if len(as) == 0 {
 			return nil, nil
 		}

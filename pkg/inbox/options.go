@@ -19,6 +19,7 @@ type config struct {
 	owner          string
 	dedup          func(rec *runner.Record) (string, bool)
 	owners         Coordinator
+	share          bool
 	replayLimit    int
 	batch          int
 	batchWait      time.Duration
@@ -230,6 +231,8 @@ func (c *config) validate() error {
 		return c.errs[0]
 	}
 	switch {
+	case c.share && c.owners != nil:
+		return bad("Owners", "a ShareGroup Store has no lease to take back: a share group has no partition owner")
 	case c.replayLimit < 0:
 		return bad("ReplayLimit", "%d is negative", c.replayLimit)
 	case c.batch < 1 || c.batch > maxBatch:

@@ -54,6 +54,11 @@ type statements struct {
 	// returns the partition's position in the arrays (1-based) and an
 	// offset.
 	applied string
+	// shareLease creates a share group's lease row for a partition if it
+	// has none (epoch 1, no member) and returns its epoch; no row when a
+	// concurrent statement created it (ask again). Arguments: group,
+	// topic, partition, owner.
+	shareLease string
 	// partitions lists the partitions that have a lease in the group.
 	partitions string
 	// prune deletes up to a batch of a partition's rows without a dedup
@@ -142,6 +147,16 @@ CROSS JOIN LATERAL (
 	 WHERE group_id = $1 AND topic = u.t AND partition = u.p AND u.start < 0
 	 ORDER BY "offset" DESC LIMIT $5)
 ) a`,
+
+		shareLease: `WITH ins AS (
+	INSERT INTO ` + n.lease + ` (group_id, topic, partition, epoch, owner) VALUES ($1, $2, $3, 1, $4)
+	ON CONFLICT (group_id, topic, partition) DO NOTHING
+	RETURNING epoch
+)
+SELECT epoch FROM ins
+UNION ALL
+SELECT epoch FROM ` + n.lease + ` WHERE group_id = $1 AND topic = $2 AND partition = $3
+LIMIT 1`,
 
 		partitions: `SELECT topic, partition FROM ` + n.lease + ` WHERE group_id = $1 ORDER BY topic, partition`,
 
