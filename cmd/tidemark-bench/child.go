@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -48,6 +49,7 @@ const (
 	insertLoop   = "pg-insert"      // single-row INSERT per transaction, no Kafka
 	childFlag    = "-child"
 	readyLine    = "ready"
+	goLine       = "go"
 	resultPrefix = "result "
 )
 
@@ -93,6 +95,20 @@ type childSpec struct {
 
 	// CPUProfile is a file for a CPU profile of the child's whole life.
 	CPUProfile string `json:"cpu_profile,omitempty"`
+
+	// Share sets the share source's sessions and records per poll
+	// (adapter share; 0: the source's defaults).
+	ShareSessions int `json:"share_sessions,omitempty"`
+	SharePoll     int `json:"share_poll,omitempty"`
+	// Gated holds every handler until the harness writes goLine on the
+	// child's stdin, and starts the window then; the child prints
+	// readyLine when its first record arrives. The processes of one
+	// share-workload run thus start their windows together, whichever
+	// joined first.
+	Gated bool `json:"gated,omitempty"`
+	// TrackOffsets, when not 0, tracks the offsets handled (partitions
+	// 0 to Partitions-1, offsets below TrackOffsets) and reports them.
+	TrackOffsets int64 `json:"track_offsets,omitempty"`
 }
 
 // childResult is what a child reports.
@@ -117,6 +133,20 @@ type childResult struct {
 	// smaller than runner.RecordShape states).
 	Fetch    *fetchSettings `json:"fetch,omitempty"`
 	FetchEnd *fetchSettings `json:"fetch_end,omitempty"`
+
+	// FirstNS and EndNS are the window's ends, Unix nanoseconds: the
+	// share workload sums the windows of several processes.
+	FirstNS int64 `json:"first_ns,omitempty"`
+	EndNS   int64 `json:"end_ns,omitempty"`
+	// Seen and Again are the offsets whose handler finished, over the
+	// child's whole run (window or not), and those that finished at
+	// least twice here (TrackOffsets); Outside counts the handler calls
+	// beyond the tracked offsets. Redelivered counts the handler calls of
+	// records whose delivery count was above 1.
+	Seen        []partitionRanges `json:"seen,omitempty"`
+	Again       []partitionRanges `json:"again,omitempty"`
+	Outside     int64             `json:"outside,omitempty"`
+	Redelivered int64             `json:"redelivered,omitempty"`
 }
 
 // usage is what the kernel says the child used over its whole life.
@@ -129,6 +159,12 @@ type usage struct {
 // nil it is closed once the child reports its first record. Cancelling ctx
 // kills the child.
 func runChild(ctx context.Context, spec childSpec, ready chan<- struct{}) (childResult, usage, error) {
+	return runGatedChild(ctx, spec, ready, nil)
+}
+
+// runGatedChild is runChild for a Gated spec too: once start is closed it
+// writes goLine to the child's stdin.
+func runGatedChild(ctx context.Context, spec childSpec, ready chan<- struct{}, start <-chan struct{}) (childResult, usage, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return childResult{}, usage{}, err
@@ -145,12 +181,34 @@ func runChild(ctx context.Context, spec childSpec, ready chan<- struct{}) (child
 	if err != nil {
 		return childResult{}, usage{}, err
 	}
+	var in io.WriteCloser
+	if start != nil {
+		if in, err = cmd.StdinPipe(); err != nil {
+			return childResult{}, usage{}, err
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		return childResult{}, usage{}, err
+	}
+	if in != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			defer in.Close()
+			select {
+			case <-start:
+				_, _ = io.WriteString(in, goLine+"\n")
+			case <-stop:
+			}
+		}()
 	}
 	var res childResult
 	var got bool
 	sc := bufio.NewScanner(out)
+	// The result line carries the offsets handled as ranges: far longer
+	// than the scanner's default 64 KiB when a share group interleaves
+	// its members' records.
+	sc.Buffer(make([]byte, 64<<10), 256<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
@@ -163,7 +221,14 @@ func runChild(ctx context.Context, spec childSpec, ready chan<- struct{}) (child
 			}
 		}
 	}
+	var serr error
+	if serr = sc.Err(); serr != nil {
+		_, _ = io.Copy(io.Discard, out) // let the child finish writing
+	}
 	werr := cmd.Wait()
+	if werr == nil && serr != nil {
+		werr = fmt.Errorf("reading its output: %w", serr)
+	}
 	if werr == nil && !got {
 		werr = errors.New("exited without a result")
 	}
@@ -213,6 +278,9 @@ func childMain(arg string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), spec.Timeout)
 	defer cancel()
 	m := newMeter(spec)
+	if spec.Gated {
+		go m.awaitGo(os.Stdin)
+	}
 	switch spec.Consumer {
 	case franzLoop:
 		err = runFranzLoop(ctx, spec, m)

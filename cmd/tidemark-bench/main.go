@@ -35,6 +35,12 @@
 //	             tidemark's franz adapter, against tidemark over both
 //	             adapters with a no-op and a -sleep handler, in turn,
 //	             -partition-repeat times (partitions.go).
+//	share        the share-group source (pkg/source/share) against the
+//	             consumer-group source (franz): no-op and -sleep handlers at
+//	             -concurrency on one topic, with -share-sessions sessions; and
+//	             a 1-partition topic, -share-queue-sleep handlers,
+//	             -share-queue-concurrency per process, in -share-processes
+//	             processes at once, against one group member (share.go).
 //	adapters     noop and sleep (both adapters); curves: concurrency and keys;
 //	all          every workload.
 //
@@ -106,6 +112,14 @@ type config struct {
 	partSleepRecords int
 	partRepeat       int
 	partHandlers     []string
+	shareRecords     int
+	shareSessions    []int
+	sharePoll        int
+	shareProcs       []int
+	shareQSleep      time.Duration
+	shareQConc       int
+	shareQConfigs    []sessionsPoll
+	shareQRecords    int
 	profileDir       string
 	cpuProfile       string
 	jsonOut          string
@@ -116,7 +130,7 @@ type config struct {
 
 // workloadOrder is the order workloads run in: noop first, because its
 // tidemark rates cap the theoretical lines of the others.
-var workloadOrder = []string{"noop", "sleep", "cpu", "inbox", "concurrency", "keys", "partitions"}
+var workloadOrder = []string{"noop", "sleep", "cpu", "inbox", "concurrency", "keys", "partitions", "share"}
 
 func main() {
 	if len(os.Args) > 2 && os.Args[1] == childFlag {
@@ -155,7 +169,7 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("tidemark-bench", flag.ContinueOnError)
 	brokers := fs.String("brokers", os.Getenv("TIDEMARK_KAFKA_BROKERS"), "Kafka seed brokers, comma-separated (default $TIDEMARK_KAFKA_BROKERS)")
 	fs.StringVar(&c.dsn, "dsn", os.Getenv("TIDEMARK_PG_DSN"), "PostgreSQL for the inbox workload (default $TIDEMARK_PG_DSN)")
-	workloads := fs.String("workload", "all", "comma-separated: noop, sleep, cpu, inbox, concurrency, keys, partitions; or adapters, curves, all")
+	workloads := fs.String("workload", "all", "comma-separated: noop, sleep, cpu, inbox, concurrency, keys, partitions, share; or adapters, curves, all")
 	fs.IntVar(&c.records, "records", 2_000_000, "records of the noop workload")
 	fs.IntVar(&c.partitions, "partitions", 12, "partitions of every topic")
 	fs.IntVar(&c.size, "size", 100, "record value size in bytes (at least 16)")
@@ -187,6 +201,14 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.partRecords, "partition-records", 1_000_000, "records of each no-op topic of the partitions workload (the same for every count)")
 	fs.IntVar(&c.partSleepRecords, "partition-sleep-records", 150_000, "records of each sleep topic of the partitions workload (the same for every count)")
 	partHandlers := fs.String("partition-handlers", "noop,sleep", "handlers of the partitions workload, comma-separated: noop (at -noop-concurrency), sleep (-sleep, at -concurrency)")
+	fs.IntVar(&c.shareRecords, "share-records", 300_000, "records of the share workload's no-op topic")
+	shareSessions := fs.String("share-sessions", "1,4", "share.Sessions of the share workload's rows at -concurrency, comma-separated")
+	fs.IntVar(&c.sharePoll, "share-poll", 512, "share.MaxPollRecords of the share workload's rows at -concurrency")
+	shareProcs := fs.String("share-processes", "1,2,4", "share-group processes of the share workload's 1-partition case, comma-separated")
+	fs.DurationVar(&c.shareQSleep, "share-queue-sleep", 50*time.Millisecond, "handler latency of the share workload's 1-partition case")
+	fs.IntVar(&c.shareQConc, "share-queue-concurrency", 8, "concurrency per process (and of the group member) in the share workload's 1-partition case")
+	shareQConfigs := fs.String("share-queue-configs", "4x512,2x8", "share.Sessions x share.MaxPollRecords of the share workload's 1-partition case, comma-separated; each runs with every -share-processes")
+	fs.IntVar(&c.shareQRecords, "share-queue-records", 0, "records of the share workload's 1-partition topic (0: enough for the most processes at their theoretical rate for -run-for, +10%, +1000, plus what they can hold: processes × sessions × poll)")
 	fs.IntVar(&c.partRepeat, "partition-repeat", 5, "repetitions of the partitions workload, every count and consumer in turn (-repeat does not apply)")
 	fs.StringVar(&c.profileDir, "profile-dir", "", "write a CPU profile of every child of the partitions workload into this directory, one file per child (go tool pprof merges several)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of tidemark's first no-op run to this file (TIDEMARK_BENCH_TRACE=file adds an execution trace)")
@@ -235,6 +257,15 @@ func parseFlags(args []string) (config, error) {
 	}
 	slices.Sort(c.partCounts)
 	c.partCounts = slices.Compact(c.partCounts)
+	if c.shareSessions, err = parseInts("-share-sessions", *shareSessions); err != nil {
+		return c, err
+	}
+	if c.shareProcs, err = parseInts("-share-processes", *shareProcs); err != nil {
+		return c, err
+	}
+	if c.shareQConfigs, err = parseSessionsPoll("-share-queue-configs", *shareQConfigs); err != nil {
+		return c, err
+	}
 	for h := range strings.SplitSeq(*partHandlers, ",") {
 		if h = strings.TrimSpace(h); h != "noop" && h != "sleep" {
 			return c, fmt.Errorf("-partition-handlers %q: want noop, sleep or both, comma-separated", h)
@@ -249,6 +280,12 @@ func parseFlags(args []string) (config, error) {
 	case c.records < 1, c.partitions < 1, c.keys < 1, c.concurrency < 1, c.noopConc < 1, c.repeat < 1, c.inboxRecords < 1,
 		c.partRecords < 1, c.partSleepRecords < 1, c.partRepeat < 1:
 		return c, errors.New("-records, -partitions, -keys, -concurrency, -noop-concurrency, -repeat, -inbox-records, -partition-records, -partition-sleep-records and -partition-repeat must be positive")
+	case c.shareQRecords < 0:
+		return c, errors.New("-share-queue-records must not be negative")
+	case c.shareRecords < 1, c.sharePoll < 1, c.shareQConc < 1:
+		return c, errors.New("-share-records, -share-poll and -share-queue-concurrency must be positive")
+	case c.shareQSleep <= 0:
+		return c, errors.New("-share-queue-sleep must be positive")
 	case c.sleep <= 0 || c.runFor <= 0 || c.cpuWork <= 0:
 		return c, errors.New("-sleep, -run-for and -cpu-work must be positive")
 	case c.latencyLoad <= 0 || c.latencyLoad >= 1:
@@ -350,6 +387,8 @@ func run(ctx context.Context, c config) error {
 			cv, err = b.keysCurve(ctx)
 		case "partitions":
 			rep.Scaling, err = b.partitionScaling(ctx)
+		case "share":
+			rep.Share, err = b.share(ctx)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", w, err)
@@ -397,14 +436,19 @@ func (c config) params() Params {
 		InboxRecords: c.inboxRecords, InboxBatch: c.inboxBatch, InboxWait: c.inboxWait.String(), InboxDurable: c.inboxDurable,
 		LatencyFor: c.latencyFor.String(), LatencyMaxRate: c.latencyMax, LatencyLoad: c.latencyLoad, Repeat: c.repeat, HighWaterMark: c.high,
 		CurveConcurrency: c.curveConc, CurveKeys: c.curveKeys, PartitionCounts: c.partCounts, PartitionRecords: c.partRecords, PartitionSleepRecords: c.partSleepRecords,
-		PartitionRepeat: c.partRepeat, PartitionHandlers: c.partHandlers}
+		PartitionRepeat: c.partRepeat, PartitionHandlers: c.partHandlers,
+		ShareRecords: c.shareRecords, ShareSessions: c.shareSessions, SharePoll: c.sharePoll, ShareProcesses: c.shareProcs,
+		ShareQueueSleep: c.shareQSleep.String(), ShareQueueConcurrency: c.shareQConc, ShareQueueConfigs: sessionsPollText(c.shareQConfigs),
+		ShareQueueRecords: c.shareQRecords}
 }
 
 func printReport(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "\n%d CPUs (%s), %s; load %s → %s; %.0fs in all\n\n", rep.Machine.CPUs, rep.Machine.CPUModel,
 		rep.Machine.GoVersion, rep.Machine.LoadBefore, rep.Machine.LoadAfter, rep.Seconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "workload\tconsumer\trecords\ts\trecords/s\tvs baseline\tof theory\tp50 ms\tp99 ms\tRSS MiB\tCPU s\tPG round trips/record")
+	if len(rep.Results) > 0 {
+		fmt.Fprintln(tw, "workload\tconsumer\trecords\ts\trecords/s\tvs baseline\tof theory\tp50 ms\tp99 ms\tRSS MiB\tCPU s\tPG round trips/record")
+	}
 	for _, r := range rep.Results {
 		ratio, theory, p50, p99 := "", "", "", ""
 		if r.Baseline != "" {
@@ -435,6 +479,9 @@ func printReport(w io.Writer, rep *Report) {
 	}
 	if rep.Scaling != nil {
 		printScaling(w, rep.Scaling)
+	}
+	if rep.Share != nil {
+		printShare(w, rep.Share)
 	}
 	for _, cv := range rep.Curves {
 		fmt.Fprintf(w, "\ncurve %s (%s); theory %s, ceiling %.0f/s\n", cv.Name, cv.Fixed, cv.Theory, cv.Ceiling)

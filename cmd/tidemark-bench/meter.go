@@ -4,8 +4,11 @@ package main
 // latency samples, and the produce-time stamp those samples read.
 
 import (
+	"bufio"
+	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,11 +52,59 @@ type meter struct {
 	rt    *pgtrace.RoundTrips // the PostgreSQL consumers' round trips, or nil
 
 	fetch, fetchEnd *fetchSettings // the franz-go client's, when it has one
+
+	gated     bool
+	readyOnce sync.Once
+	goCh      chan struct{} // closed by awaitGo
+	offsets   *tracker      // nil unless the spec tracks offsets
+	again     atomic.Int64  // handler calls of records delivered more than once
 }
 
 func newMeter(s childSpec) *meter {
-	return &meter{limit: int64(s.Records), runFor: s.For, live: s.Live, parts: s.Partitions,
-		warm: map[int32]bool{}, done: make(chan struct{})}
+	m := &meter{limit: int64(s.Records), runFor: s.For, live: s.Live, parts: s.Partitions,
+		warm: map[int32]bool{}, done: make(chan struct{}), gated: s.Gated, goCh: make(chan struct{})}
+	if s.TrackOffsets > 0 {
+		m.offsets = newTracker(max(s.Partitions, 1), s.TrackOffsets)
+	}
+	return m
+}
+
+// gate holds a gated child's handlers until the harness says go; the first
+// call says ready. It returns at once in a child that is not gated.
+func (m *meter) gate(ctx context.Context) {
+	if !m.gated {
+		return
+	}
+	m.readyOnce.Do(func() { fmt.Println(readyLine) })
+	select {
+	case <-m.goCh:
+	case <-ctx.Done():
+	}
+}
+
+// awaitGo reads r (the child's stdin) until goLine, starts the window and
+// opens the gate. The window starts at go, not at the first record after
+// it: a process that gets no record (the others hold them all) then ends
+// on time with none, and the processes of a run share one window.
+func (m *meter) awaitGo(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if sc.Text() == goLine {
+			m.startWindow(time.Now())
+			close(m.goCh)
+			return
+		}
+	}
+}
+
+// finished notes a record whose handler finished, with its delivery count.
+func (m *meter) finished(partition int32, offset int64, deliveries int32) {
+	if deliveries > 1 {
+		m.again.Add(1)
+	}
+	if m.offsets != nil {
+		m.offsets.done(partition, offset)
+	}
 }
 
 // begin is called when a record's handling starts, with its partition and
@@ -143,6 +194,14 @@ func (m *meter) result() childResult {
 		PerTransaction: m.perTx, Fetch: m.fetch, FetchEnd: m.fetchEnd}
 	if m.rt != nil {
 		r.RoundTrips = m.rt.Total()
+	}
+	if m.started.Load() {
+		r.FirstNS, r.EndNS = m.first.UnixNano(), m.end.UnixNano()
+	}
+	r.Redelivered = m.again.Load()
+	if m.offsets != nil {
+		r.Seen, r.Again = m.offsets.ranges()
+		r.Outside = m.offsets.outside.Load()
 	}
 	m.latMu.Lock()
 	defer m.latMu.Unlock()

@@ -23,6 +23,8 @@ type Report struct {
 	Servers []Server `json:"servers,omitempty"`
 	// Scaling is the partitions workload's report.
 	Scaling *Scaling `json:"scaling,omitempty"`
+	// Share is the share workload's report.
+	Share *ShareReport `json:"share,omitempty"`
 	// Seconds is the wall time of the whole run, producing included.
 	Seconds float64 `json:"seconds"`
 }
@@ -69,6 +71,14 @@ type Params struct {
 	PartitionSleepRecords int      `json:"partition_sleep_records,omitempty"`
 	PartitionRepeat       int      `json:"partition_repeat,omitempty"`
 	PartitionHandlers     []string `json:"partition_handlers,omitempty"`
+	ShareRecords          int      `json:"share_records,omitempty"`
+	ShareSessions         []int    `json:"share_sessions,omitempty"`
+	SharePoll             int      `json:"share_poll,omitempty"`
+	ShareProcesses        []int    `json:"share_processes,omitempty"`
+	ShareQueueSleep       string   `json:"share_queue_sleep,omitempty"`
+	ShareQueueConcurrency int      `json:"share_queue_concurrency,omitempty"`
+	ShareQueueConfigs     string   `json:"share_queue_configs,omitempty"`
+	ShareQueueRecords     int      `json:"share_queue_records,omitempty"`
 }
 
 // Result is one consumer on one workload: one row of the table.

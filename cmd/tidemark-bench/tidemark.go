@@ -16,6 +16,7 @@ import (
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 	"github.com/tidemark/tidemark/pkg/source/kafkago"
+	"github.com/tidemark/tidemark/pkg/source/share"
 )
 
 // newSource returns the adapter spec.Adapter over spec's topic and group,
@@ -30,6 +31,15 @@ func newSource(spec childSpec, log *slog.Logger) (runner.Source, error) {
 		return franz.New(spec.Brokers, spec.Group, []string{spec.Topic}, fopts...)
 	case "kafkago":
 		return kafkago.New(spec.Brokers, spec.Group, []string{spec.Topic}, kafkago.Logger(log))
+	case "share":
+		sopts := []share.Option{share.Logger(log), share.GroupConfig("share.auto.offset.reset", "earliest")}
+		if spec.ShareSessions > 0 {
+			sopts = append(sopts, share.Sessions(spec.ShareSessions))
+		}
+		if spec.SharePoll > 0 {
+			sopts = append(sopts, share.MaxPollRecords(spec.SharePoll))
+		}
+		return share.New(spec.Brokers, spec.Group, []string{spec.Topic}, sopts...)
 	}
 	return nil, fmt.Errorf("unknown adapter %q", spec.Adapter)
 }
@@ -43,6 +53,11 @@ func runnerOptions(spec childSpec, log *slog.Logger) ([]runner.Option, error) {
 	opts := []runner.Option{runner.Concurrency(max(spec.Concurrency, 1)), runner.Order(order), runner.Logger(log)}
 	if spec.High > 0 {
 		opts = append(opts, runner.WaterMarks(spec.High, spec.High/2))
+	}
+	if spec.Adapter == "share" {
+		// The default policy, Block, is refused over a share source; the
+		// bench's handlers do not fail.
+		opts = append(opts, runner.Failure(runner.Skip(3)))
 	}
 	return opts, nil
 }
@@ -127,10 +142,12 @@ func runTidemark(ctx context.Context, spec childSpec, m *meter) error {
 	} else {
 		body := work(spec)
 		h = func(ctx context.Context, rec runner.Record) error {
+			m.gate(ctx)
 			counts := m.begin(rec.Partition, rec.Value)
 			if body != nil {
 				body(ctx)
 			}
+			m.finished(rec.Partition, rec.Offset, rec.DeliveryCount)
 			if counts {
 				m.add(1)
 			}
