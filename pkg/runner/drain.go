@@ -94,6 +94,10 @@ func (s *pollState) beginStop(deadline, commitBy time.Time, untilCtx bool) {
 		if !ps.revoking {
 			s.stopDispatch(ps)
 		}
+		// Pause every partition (flushFlow pauses all while stopping):
+		// a share source that polled again would acquire records only
+		// to release them, raising their delivery counts.
+		s.flowDirty = append(s.flowDirty, ps)
 	}
 	s.drains = append(s.drains, d)
 	s.checkDrains()

@@ -492,12 +492,13 @@ func TestStateRevokeDrainsThenCommits(t *testing.T) {
 	}
 }
 
-// TestStateStopResumesNothing: once a stop began, no partition is resumed
-// (the charge falling below the water marks does not lift a pause), the
-// source's hand-overs are refused with ErrStopped, and the stop ends with
-// its final commit. A stop pauses nothing by itself: the source stops
-// fetching when Fetched returns ErrStopped (see Sink).
-func TestStateStopResumesNothing(t *testing.T) {
+// TestStateStopPausesAllResumesNothing: a stop pauses every partition not
+// yet paused (a share source that polled again would acquire records only
+// to release them, raising their delivery counts), no partition is resumed
+// after it (the charge falling below the water marks does not lift a
+// pause), the source's hand-overs are refused with ErrStopped, and the stop
+// ends with its final commit.
+func TestStateStopPausesAllResumesNothing(t *testing.T) {
 	h := newHarness(t, WaterMarks(10, 4))
 	p0, p1 := stp(0), stp(1)
 	h.assign(0, p0, p1)
@@ -507,8 +508,8 @@ func TestStateStopResumesNothing(t *testing.T) {
 	}
 	ts := g.work
 	g = h.do(h.s.stop(h.clock.Add(5*time.Second), time.Time{}, false))
-	if len(g.resume) > 0 || len(g.pause) > 0 || g.commit != nil {
-		t.Fatalf("stop resumed %v, paused %v and committed %v; want none (a stop pauses nothing itself)", g.resume, g.pause, offsetsOf(g.commit))
+	if len(g.resume) > 0 || !slices.Equal(g.pause, []TP{p1}) || g.commit != nil {
+		t.Fatalf("stop resumed %v, paused %v and committed %v; want %v paused (the one not yet paused), nothing else", g.resume, g.pause, offsetsOf(g.commit), p1)
 	}
 	req := &sinkReq{kind: sinkFetched, reply: make(chan sinkReply, 1)}
 	if rep, _ := h.do(h.s.reported(req)).answered(req.reply); !errors.Is(rep.err, ErrStopped) {
