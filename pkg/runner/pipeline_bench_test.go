@@ -39,24 +39,32 @@ func BenchmarkPipeline(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			done := make(chan error, 1)
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu := startCPU()
-			go func() { done <- r.Run(context.Background()) }()
-			<-all
-			cpu.report(b)
-			b.StopTimer()
-			if err := r.Shutdown(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			if err := <-done; err != nil {
-				b.Fatal(err)
-			}
+			timeRun(b, r, all)
 			if got := src.committedTotal(); got != int64(b.N) {
 				b.Fatalf("committed %d records, want %d", got, b.N)
 			}
 		})
+	}
+}
+
+// timeRun runs r and times it, with its CPU, until all is closed (the
+// last record handled); then it shuts r down and fails b unless Run and
+// Shutdown both return nil.
+func timeRun(b *testing.B, r *runner.Runner, all <-chan struct{}) {
+	b.Helper()
+	done := make(chan error, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := startCPU()
+	go func() { done <- r.Run(context.Background()) }()
+	<-all
+	cpu.report(b)
+	b.StopTimer()
+	if err := r.Shutdown(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
 	}
 }
 

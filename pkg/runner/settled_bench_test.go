@@ -30,20 +30,7 @@ func BenchmarkPipelineSettled(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	done := make(chan error, 1)
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := startCPU()
-	go func() { done <- r.Run(context.Background()) }()
-	<-all
-	cpu.report(b)
-	b.StopTimer()
-	if err := r.Shutdown(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
+	timeRun(b, r, all)
 	if got := src.accepted.Load(); got != int64(b.N) {
 		b.Fatalf("accepted %d records, want %d", got, b.N)
 	}
