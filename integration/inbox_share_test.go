@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -123,17 +122,7 @@ func TestInboxShareHelperProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM)
-	go func() {
-		<-sigs
-		sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		defer cancel()
-		_ = r.Shutdown(sctx)
-	}()
-	if err := r.Run(ctx); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	runUntilSIGTERM(t, ctx, r)
 	b, _ := json.Marshal(s.Stats())
 	fmt.Printf("inbox-share-stats %s\n", b)
 }

@@ -1257,6 +1257,14 @@ func TestInboxHelperProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runUntilSIGTERM(t, ctx, r)
+	fmt.Printf("child %s: %+v\n", owner, s.Stats())
+}
+
+// runUntilSIGTERM runs r in a child process until SIGTERM, which starts
+// a graceful Shutdown of up to 15 s; it fails t if Run returns an error.
+func runUntilSIGTERM(t *testing.T, ctx context.Context, r *runner.Runner) {
+	t.Helper()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM)
 	go func() {
@@ -1268,7 +1276,6 @@ func TestInboxHelperProcess(t *testing.T) {
 	if err := r.Run(ctx); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	fmt.Printf("child %s: %+v\n", owner, s.Stats())
 }
 
 // TestInboxCrashKill9: the crash window between the database commit and
