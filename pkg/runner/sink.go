@@ -45,11 +45,19 @@ func (s sinkOf) call(ctx context.Context, req *sinkReq) (sinkReply, error) {
 		return sinkReply{}, ctx.Err()
 	}
 	// Once the loop took the request it always answers, unless it stops.
+	// An answer sent before the loop stopped wins over the stop: select
+	// would pick either, and a Fetched refused for records the runner took
+	// would have the source release (share) or refetch records that run.
 	select {
 	case rep := <-req.reply:
 		return rep, rep.err
 	case <-s.r.loopDone:
-		return sinkReply{}, ErrStopped
+		select {
+		case rep := <-req.reply:
+			return rep, rep.err
+		default:
+			return sinkReply{}, ErrStopped
+		}
 	}
 }
 
@@ -116,6 +124,11 @@ func (s sinkOf) Revoked(ctx context.Context, tps []TP, deadline time.Time) error
 	case err := <-req.replyErr:
 		return err
 	case <-s.r.loopDone:
-		return ErrStopped
+		select {
+		case err := <-req.replyErr: // answered before the loop stopped (see call)
+			return err
+		default:
+			return ErrStopped
+		}
 	}
 }
