@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/source/internal/kgorec"
 )
 
 // holdCap is how many records a poll may take from the client: four times
@@ -122,7 +123,7 @@ func (s *Source) batches(ctx context.Context, fetches kgo.Fetches) (out []runner
 			if r.Attrs.IsControl() {
 				continue
 			}
-			b.Records = append(b.Records, record(r))
+			b.Records = append(b.Records, kgorec.Record(r))
 		}
 	})
 	if len(out) > 0 {
@@ -179,23 +180,4 @@ func fatalFetch(err error) bool {
 		}
 	}
 	return false
-}
-
-func record(r *kgo.Record) runner.Record {
-	rec := runner.Record{
-		Topic:       r.Topic,
-		Partition:   r.Partition,
-		Offset:      r.Offset,
-		Key:         r.Key,
-		Value:       r.Value,
-		Timestamp:   r.Timestamp,
-		LeaderEpoch: r.LeaderEpoch,
-	}
-	if len(r.Headers) > 0 {
-		rec.Headers = make([]runner.Header, len(r.Headers))
-		for i, h := range r.Headers {
-			rec.Headers[i] = runner.Header{Key: h.Key, Value: h.Value}
-		}
-	}
-	return rec
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/source/internal/kgorec"
 )
 
 // session is one share session: one franz-go client, one goroutine (run)
@@ -301,23 +302,10 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// toRunner converts r; the runner copies the bytes it keeps.
+// toRunner converts r with its delivery count; the runner copies the
+// bytes it keeps.
 func toRunner(r *kgo.Record) runner.Record {
-	out := runner.Record{
-		Topic:         r.Topic,
-		Partition:     r.Partition,
-		Offset:        r.Offset,
-		Key:           r.Key,
-		Value:         r.Value,
-		Timestamp:     r.Timestamp,
-		LeaderEpoch:   r.LeaderEpoch,
-		DeliveryCount: r.DeliveryCount(),
-	}
-	if len(r.Headers) > 0 {
-		out.Headers = make([]runner.Header, len(r.Headers))
-		for i, h := range r.Headers {
-			out.Headers[i] = runner.Header{Key: h.Key, Value: h.Value}
-		}
-	}
-	return out
+	rec := kgorec.Record(r)
+	rec.DeliveryCount = r.DeliveryCount()
+	return rec
 }
