@@ -7,6 +7,7 @@ package share_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
 	"sync"
 	"testing"
@@ -87,6 +88,32 @@ func lag(t *testing.T, c *kfake.Cluster, group, topic string) int64 {
 		return -1
 	}
 	return o.Lag
+}
+
+// nextMember runs a one-session member of group on topic until it has
+// handled want distinct records, stops it and returns the delivery count
+// each offset last came with.
+func nextMember(t *testing.T, c *kfake.Cluster, group, topic string, want int) map[int64]int32 {
+	t.Helper()
+	src, err := share.New(c.ListenAddrs(), group, []string{topic}, share.Sessions(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	counts := map[int64]int32{}
+	stop := run(t, src, runner.Handle(topic, func(_ context.Context, rec runner.Record) error {
+		mu.Lock()
+		counts[rec.Offset] = rec.DeliveryCount
+		mu.Unlock()
+		return nil
+	}), runner.Failure(runner.Skip(1)))
+	waitFor(t, "the next member handled its records", func() bool { mu.Lock(); defer mu.Unlock(); return len(counts) == want })
+	if err := stop(5 * time.Second); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return maps.Clone(counts)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -193,22 +220,7 @@ func TestCloseReleases(t *testing.T) {
 		t.Fatalf("Run: %v, want a *DrainError", err)
 	}
 
-	src2, err := share.New(c.ListenAddrs(), group, []string{topic}, share.Sessions(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	counts := map[int64]int32{}
-	stop2 := run(t, src2, runner.Handle(topic, func(_ context.Context, rec runner.Record) error {
-		mu.Lock()
-		counts[rec.Offset] = rec.DeliveryCount
-		mu.Unlock()
-		return nil
-	}), runner.Failure(runner.Skip(1)))
-	waitFor(t, "the second member handled every record", func() bool { mu.Lock(); defer mu.Unlock(); return len(counts) == n })
-	if err := stop2(5 * time.Second); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	counts := nextMember(t, c, group, topic, n)
 	for off, dc := range counts {
 		if dc != 2 {
 			t.Errorf("offset %d: delivery count %d on the second member, want 2 (released by the first)", off, dc)
