@@ -235,3 +235,12 @@ type FetchLimits struct {
 	MinRecordBytes int
 	MaxCompression float64
 }
+
+// Grouped is implemented by a Source that consumes as a member of a named
+// group (a consumer group, or a share group). The runner reads Group once,
+// in New, for its spans (messaging.consumer.group.name), its metrics and
+// the dead-letter records' HeaderGroup; a source without a group (one
+// assigned its partitions by hand) leaves them without one.
+type Grouped interface {
+	Group() string
+}
