@@ -80,3 +80,9 @@ func Chain(h Handler, mw ...Middleware) Handler {
 	}
 	return h
 }
+
+// BatchHandler processes a batch of records of one partition, registered
+// with HandleBatch: each key's records in offset order. A nil error
+// completes every record of the batch; an error (or a panic) fails the
+// whole batch, which the failure policy handles as one.
+type BatchHandler func(ctx context.Context, recs []Record) error
