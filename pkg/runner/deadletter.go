@@ -1,5 +1,11 @@
 package runner
 
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
 // The headers the runner adds to every dead-letter record, after the
 // original record's own headers (which it keeps, in order). Values are
 // text: numbers in decimal, times in RFC 3339 with nanoseconds (UTC), the
@@ -40,3 +46,66 @@ const (
 	HeaderFirstFailure = "tidemark-first-failure"
 	HeaderLastFailure  = "tidemark-last-failure"
 )
+
+// failureHeaders are the headers that describe one dead-lettering; a
+// record dead-lettered again has its old ones replaced.
+var failureHeaders = map[string]bool{
+	HeaderGroup: true, HeaderErrorType: true, HeaderError: true, HeaderErrorKind: true,
+	HeaderAttempts: true, HeaderFirstFailure: true, HeaderLastFailure: true,
+}
+
+// deadLetterHeaders returns rec's headers followed by the dead-letter
+// headers, in a new slice (the record's own are never changed). The origin
+// headers are added only when rec has none: a redriven record keeps its
+// first origin.
+func deadLetterHeaders(rec *Record, group string, cause error, kind ErrorKind, attempts int, first, last time.Time) []Header {
+	hs := make([]Header, 0, len(rec.Headers)+12)
+	for _, h := range rec.Headers {
+		if !failureHeaders[h.Key] {
+			hs = append(hs, h)
+		}
+	}
+	if _, ok := rec.Header(HeaderOriginTopic); !ok {
+		hs = append(hs,
+			Header{Key: HeaderOriginTopic, Value: []byte(rec.Topic)},
+			Header{Key: HeaderOriginPartition, Value: strconv.AppendInt(nil, int64(rec.Partition), 10)},
+			Header{Key: HeaderOriginOffset, Value: strconv.AppendInt(nil, rec.Offset, 10)},
+		)
+		if !rec.Timestamp.IsZero() {
+			hs = append(hs, Header{Key: HeaderOriginTimestamp, Value: rfc3339(rec.Timestamp)})
+		}
+		if rec.Key != nil {
+			hs = append(hs, Header{Key: HeaderOriginKey, Value: rec.Key})
+		}
+	}
+	if group != "" {
+		hs = append(hs, Header{Key: HeaderGroup, Value: []byte(group)})
+	}
+	return append(hs,
+		Header{Key: HeaderErrorType, Value: []byte(ErrorType(cause))},
+		Header{Key: HeaderError, Value: []byte(cause.Error())},
+		Header{Key: HeaderErrorKind, Value: []byte(kind.String())},
+		Header{Key: HeaderAttempts, Value: strconv.AppendInt(nil, int64(attempts), 10)},
+		Header{Key: HeaderFirstFailure, Value: rfc3339(first)},
+		Header{Key: HeaderLastFailure, Value: rfc3339(last)},
+	)
+}
+
+func rfc3339(t time.Time) []byte { return t.UTC().AppendFormat(nil, time.RFC3339Nano) }
+
+// ErrorType names err's Go type, as the HeaderErrorType header and the
+// error.type span attribute give it: the type of the first error in its
+// chain that is not one of the runner's marks (Permanent, Transient).
+func ErrorType(err error) string {
+	for {
+		switch e := err.(type) {
+		case *PermanentError:
+			err = e.Err
+			continue
+		case *TransientError:
+			err = e.Err
+			continue
+		}
+		return fmt.Sprintf("%T", err)
+	}
+}

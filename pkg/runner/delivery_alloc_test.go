@@ -23,7 +23,7 @@ func TestDeliveredAllocatesNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &Runner{}
-			r.cfg.handlers = map[string]Handler{"t": nil}
+			r.cfg.handlers = map[string]*route{"t": {topic: "t"}}
 			tel, err := newTelemetry(tc.mp, r)
 			if err != nil {
 				t.Fatal(err)

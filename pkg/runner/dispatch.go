@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
 
 	"github.com/tidemark/tidemark/pkg/rebalance"
@@ -16,7 +15,12 @@ func (s *pollState) deliver(b *Batch) {
 		s.log.Warn("records for a partition not owned; dropped", "partition", b.TP.String(), "records", len(b.Records))
 		return
 	}
-	h := s.cfg.handlers[b.TP.Topic]
+	rt := s.cfg.handlers[b.TP.Topic]
+	if rt == nil {
+		// No handler for this topic: fail loudly through the policy
+		// rather than skip silently.
+		rt = s.cfg.unrouted
+	}
 	now := s.now()
 	for i := range b.Records {
 		rec := &b.Records[i]
@@ -29,7 +33,7 @@ func (s *pollState) deliver(b *Batch) {
 		}
 		t := s.newTask()
 		t.size = copyRecord(&t.rec, rec) + s.overhead
-		t.handler = h
+		t.route = rt
 		t.ps = ps
 		t.epoch = ps.epoch
 		t.delivered = now
@@ -39,11 +43,6 @@ func (s *pollState) deliver(b *Batch) {
 		s.totalCount++
 		s.totalBytes += t.size
 		s.countPeak = max(s.countPeak, s.totalCount)
-		if h == nil {
-			// No handler for this topic: fail loudly through the policy
-			// rather than skip silently.
-			t.handler = noHandler
-		}
 		s.enqueue(ps, t)
 	}
 	s.setRing(ps)
@@ -55,10 +54,6 @@ func (s *pollState) deliver(b *Batch) {
 		s.applyPosition(ps)
 	}
 	s.checkFlow(ps)
-}
-
-func noHandler(_ context.Context, rec Record) error {
-	return fmt.Errorf("runner: no handler registered for topic %q (record %s)", rec.Topic, rec.String())
 }
 
 // enqueue puts t in its lane, or straight into the ready queue when its lane

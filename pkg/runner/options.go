@@ -77,7 +77,8 @@ func DeadLetter(topic string, attempts int, w DeadLetterWriter) Policy {
 func Skip(attempts int) Policy { return Policy{kind: policySkip, attempts: attempts} }
 
 type config struct {
-	handlers       map[string]Handler
+	handlers       map[string]*route
+	unrouted       *route // the route of records of an unregistered topic
 	ordering       Ordering
 	orderSet       bool // Order was given (settle.go)
 	concurrency    int
@@ -93,6 +94,7 @@ type config struct {
 	backoffInitial time.Duration
 	backoffMax     time.Duration
 	policy         Policy
+	classify       Classifier
 	logger         *slog.Logger
 	meterProvider  metric.MeterProvider
 	tracerProvider trace.TracerProvider
@@ -105,23 +107,6 @@ type config struct {
 
 // Option configures a Runner.
 type Option func(*config)
-
-// Handle registers h for the records of topic. At least one topic must be
-// registered; registering a topic twice is an error from New.
-func Handle(topic string, h Handler) Option {
-	return func(c *config) {
-		switch {
-		case topic == "":
-			c.errs = append(c.errs, errors.New("Handle: empty topic"))
-		case h == nil:
-			c.errs = append(c.errs, fmt.Errorf("Handle(%q): nil handler", topic))
-		case c.handlers[topic] != nil:
-			c.errs = append(c.errs, fmt.Errorf("Handle(%q): topic registered twice", topic))
-		default:
-			c.handlers[topic] = h
-		}
-	}
-}
 
 // Order sets the ordering mode. Default KeyOrder.
 func Order(o Ordering) Option { return func(c *config) { c.ordering, c.orderSet = o, true } }
@@ -214,8 +199,15 @@ func Backoff(initial, max time.Duration) Option {
 	return func(c *config) { c.backoffInitial, c.backoffMax = initial, max }
 }
 
-// Failure sets the failure policy. Default Block().
+// Failure sets the failure policy. Default Block(). WithPolicy overrides
+// it for one topic.
 func Failure(p Policy) Option { return func(c *config) { c.policy = p } }
+
+// Classify sets the classifier that tells each failed attempt's ErrorKind
+// (WithClassifier overrides it for one topic). Default KindOf: errors
+// marked with Permanent or Transient are of that kind, all others
+// Retryable.
+func Classify(f Classifier) Option { return func(c *config) { c.classify = f } }
 
 // Logger sets the structured logger. Default slog.Default().
 func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
@@ -242,7 +234,7 @@ func (e *ConfigError) Error() string { return "runner: option " + e.Option + ": 
 
 func defaults() config {
 	return config{
-		handlers:       map[string]Handler{},
+		handlers:       map[string]*route{},
 		ordering:       KeyOrder,
 		concurrency:    64,
 		highRecords:    10000,
@@ -304,6 +296,15 @@ func (c *config) validate() error {
 	case c.minRecordBytes < 1 || c.maxCompression < 1:
 		return bad("RecordShape", "need minBytes >= 1 and maxCompression >= 1, got %d and %g", c.minRecordBytes, c.maxCompression)
 	}
+	if c.classify == nil {
+		c.classify = KindOf
+	}
+	for _, rt := range c.routes() {
+		if err := c.resolve(rt); err != nil {
+			return err
+		}
+	}
+	c.unrouted = c.noHandler()
 	if c.window == 0 {
 		c.window = 2 * c.highRecords
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strconv"
 	"time"
 
 	"github.com/tidemark/tidemark/internal/backoff"
@@ -31,11 +30,11 @@ func (e *PanicError) Error() string {
 	return fmt.Sprintf("runner: %s panicked on %s: %v", e.In, e.Record, e.Value)
 }
 
-// execute runs one record's handler under the failure policy.
+// execute runs one record's handler under its topic's failure policy.
 func (r *Runner) execute(t *task) {
-	ctx := t.ps.ctx
+	rt := t.route
 	rec := &t.rec
-	ctx, span := r.tracer.start(ctx, rec)
+	ctx, span := r.tracer.start(t.ps.ctx, rec)
 	defer span.End()
 	// The clock is read only when a meter provider records the duration:
 	// two clock reads are a tenth of a no-op record's cost.
@@ -44,9 +43,13 @@ func (r *Runner) execute(t *task) {
 	if timed {
 		start = time.Now()
 	}
+	// The handler's ctx carries the attempt number (Attempt) in the task
+	// itself, so that it costs no allocation.
+	t.actx.Context = ctx
+	counted := 0 // attempts counted against the policy's
 	for attempt := 1; ; attempt++ {
-		t.attempts = attempt
-		applied, err := r.attempt(ctx, t)
+		t.attempts, t.actx.attempt = attempt, attempt
+		applied, err := r.attempt(&t.actx, t)
 		if err == nil && applied {
 			// Applied before (a replay after a restart or a handoff):
 			// complete it without running the handler again.
@@ -74,34 +77,58 @@ func (r *Runner) execute(t *task) {
 			span.RecordError(err)
 			return
 		}
+		kind := r.classify(rt, rec, err)
+		now := time.Now()
+		if t.firstFail.IsZero() {
+			t.firstFail = now
+		}
+		t.lastFail = now
 		r.tel.failed(ctx, rec.Topic)
-		t.fail.Store(&failure{attempts: attempt, err: err.Error()})
+		t.fail.Store(&failure{attempts: attempt, err: err.Error(), kind: kind})
 		span.RecordError(err)
-		pol := r.cfg.policy
+		if kind != TransientKind {
+			counted++
+		}
+		pol := rt.policy
 		// An attempt whose outcome is unknown may have been applied:
 		// skipping or dead-lettering it could report an applied record as
-		// failed, so it is retried as under Block.
-		if pol.kind != policyBlock && attempt >= pol.attempts && !errors.Is(err, ErrOutcomeUnknown) {
+		// failed, so it is retried as under Block, whatever its kind.
+		end := pol.kind != policyBlock && !errors.Is(err, ErrOutcomeUnknown) &&
+			(kind == PermanentKind || (kind == Retryable && counted >= pol.attempts))
+		if end {
 			if pol.kind == policySkip {
-				r.log.Error("record skipped after its last attempt", "record", rec.String(), "attempts", attempt, "err", err)
+				r.log.Error("record skipped after its last attempt", "record", rec.String(), "attempts", attempt, "kind", kind.String(), "err", err)
 				r.tel.skipped.Add(ctx, 1)
 				t.res = resSkipped
 				return
 			}
-			if r.deadLetter(ctx, t, err) {
+			if r.deadLetter(ctx, t, err, kind) {
 				t.res = resDeadLettered
 			} else {
 				t.res = resCancelled
 			}
 			return
 		}
-		r.log.Warn("handler failed; retrying", "record", rec.String(), "attempt", attempt, "err", err)
-		if !r.sleep(ctx, attempt) {
+		r.log.Warn("handler failed; retrying", "record", rec.String(), "attempt", attempt, "kind", kind.String(), "err", err)
+		if !r.sleep(ctx, rt, attempt) {
 			t.res = resCancelled
 			return
 		}
 		r.tel.retried.Add(ctx, 1)
 	}
+}
+
+// classify returns the kind of a failed attempt's error by the route's
+// classifier. A classifier that panics makes the error Retryable, the
+// default, rather than take down the worker.
+func (r *Runner) classify(rt *route, rec *Record, err error) (kind ErrorKind) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.log.Error("Classifier panicked; counting the error as retryable", "record", rec.String(), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			kind = Retryable
+		}
+	}()
+	return rt.classify(err)
 }
 
 // attempt asks the partition's Applied filter, if any, whether the record
@@ -121,17 +148,17 @@ func (r *Runner) attempt(ctx context.Context, t *task) (applied bool, err error)
 		return true, nil
 	}
 	where = "handler"
-	if r.cfg.handlerTimeout > 0 {
+	if d := t.route.timeout; d > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, r.cfg.handlerTimeout)
+		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	return false, t.handler(ctx, t.rec)
+	return false, t.route.handler(ctx, t.rec)
 }
 
-// sleep waits the backoff before attempt+1; false if ctx ended first.
-func (r *Runner) sleep(ctx context.Context, attempt int) bool {
-	d := r.backoff(attempt)
+// sleep waits rt's backoff before attempt+1; false if ctx ended first.
+func (r *Runner) sleep(ctx context.Context, rt *route, attempt int) bool {
+	d := backoff.Jittered(rt.backoffInitial, rt.backoffMax, attempt)
 	tm := time.NewTimer(d)
 	defer tm.Stop()
 	select {
@@ -150,21 +177,17 @@ func (r *Runner) backoff(attempt int) time.Duration {
 	return backoff.Jittered(r.cfg.backoffInitial, r.cfg.backoffMax, attempt)
 }
 
-// deadLetter writes the record to the dead-letter topic, retrying with
-// backoff until the write is acknowledged; false if ctx ended first.
-func (r *Runner) deadLetter(ctx context.Context, t *task, cause error) bool {
+// deadLetter writes the record to its route's dead-letter topic, with the
+// dead-letter headers (deadletter.go), retrying with backoff until the
+// write is acknowledged; false if ctx ended first.
+func (r *Runner) deadLetter(ctx context.Context, t *task, cause error, kind ErrorKind) bool {
+	rt := t.route
 	rec := t.rec
-	rec.Headers = append(append([]Header(nil), t.rec.Headers...),
-		Header{Key: "tidemark-error", Value: []byte(cause.Error())},
-		Header{Key: "tidemark-attempts", Value: []byte(strconv.Itoa(t.attempts))},
-		Header{Key: "tidemark-origin-topic", Value: []byte(t.rec.Topic)},
-		Header{Key: "tidemark-origin-partition", Value: []byte(strconv.FormatInt(int64(t.rec.Partition), 10))},
-		Header{Key: "tidemark-origin-offset", Value: []byte(strconv.FormatInt(t.rec.Offset, 10))},
-	)
+	rec.Headers = deadLetterHeaders(&t.rec, r.group, cause, kind, t.attempts, t.firstFail, t.lastFail)
 	for i := 1; ; i++ {
-		err := r.writeDeadLetter(ctx, rec)
+		err := r.writeDeadLetter(ctx, rt, rec)
 		if err == nil {
-			r.log.Error("record dead-lettered", "record", t.rec.String(), "topic", r.cfg.policy.topic, "attempts", t.attempts, "err", cause)
+			r.log.Error("record dead-lettered", "record", t.rec.String(), "topic", rt.policy.topic, "attempts", t.attempts, "kind", kind.String(), "err", cause)
 			r.tel.deadLettered.Add(ctx, 1)
 			return true
 		}
@@ -172,15 +195,15 @@ func (r *Runner) deadLetter(ctx context.Context, t *task, cause error) bool {
 			return false
 		}
 		r.log.Warn("dead-letter write failed; retrying, the record holds its partition", "record", t.rec.String(), "err", err)
-		if !r.sleep(ctx, i) {
+		if !r.sleep(ctx, rt, i) {
 			return false
 		}
 	}
 }
 
-// writeDeadLetter calls the DeadLetterWriter once; a panic in it is
-// recovered into a *PanicError, a failed write (retried like any other).
-func (r *Runner) writeDeadLetter(ctx context.Context, rec Record) (err error) {
+// writeDeadLetter calls the route's DeadLetterWriter once; a panic in it
+// is recovered into a *PanicError, a failed write (retried like any other).
+func (r *Runner) writeDeadLetter(ctx context.Context, rt *route, rec Record) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			pe := &PanicError{Record: rec.String(), In: "DeadLetterWriter", Value: v, Stack: debug.Stack()}
@@ -188,5 +211,5 @@ func (r *Runner) writeDeadLetter(ctx context.Context, rec Record) (err error) {
 			err = pe
 		}
 	}()
-	return r.dlw.WriteDeadLetter(ctx, r.cfg.policy.topic, rec)
+	return rt.dlw.WriteDeadLetter(ctx, rt.policy.topic, rec)
 }

@@ -19,10 +19,10 @@ import (
 type Runner struct {
 	cfg    config
 	src    Source
-	dlw    DeadLetterWriter
 	log    *slog.Logger
 	tel    *telemetry
 	tracer tracer
+	group  string // the source's group (Grouped), or ""
 
 	// settler is src when it settles records one by one (settle.go).
 	settler Settler
@@ -81,16 +81,12 @@ func New(src Source, opts ...Option) (*Runner, error) {
 		runDone:   make(chan struct{}),
 	}
 	r.settler, _ = src.(Settler)
+	if g, ok := src.(Grouped); ok {
+		r.group = g.Group()
+	}
 	r.workq.cond.L = &r.workq.mu
-	if cfg.policy.kind == policyDeadLetter {
-		r.dlw = cfg.policy.writer
-		if r.dlw == nil {
-			w, ok := src.(DeadLetterWriter)
-			if !ok {
-				return nil, &ConfigError{Option: "Failure", Reason: "DeadLetter has no writer and the source does not implement DeadLetterWriter"}
-			}
-			r.dlw = w
-		}
+	if err := cfg.deadLetterWriters(src); err != nil {
+		return nil, err
 	}
 	if fl, ok := src.(FetchLimiter); ok {
 		if err := fl.LimitFetch(cfg.fetchLimits()); err != nil {

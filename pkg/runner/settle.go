@@ -1,6 +1,10 @@
 package runner
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strconv"
+)
 
 // Settler is implemented by a Source that settles each record with its
 // broker instead of committing offsets: a share group (KIP-932), where
@@ -69,8 +73,12 @@ func (c *config) settledOptions(src Source) error {
 	switch {
 	case c.orderSet && c.ordering != Unordered:
 		return refuse("Order", c.ordering.String()+" order is not kept across a share group's members, and one member's order means nothing to the others; use Unordered (the default here)")
-	case c.policy.kind == policyBlock:
-		return refuse("Failure", "Block (the default) retries a record forever while its lock is renewed, holding it from every member and stalling its session; choose Skip(n), which rejects it after n attempts, or DeadLetter")
+	case c.blockedTopic() != "":
+		opt := "Failure"
+		if t := c.blockedTopic(); c.handlers[t].policySet {
+			opt = "Handle(" + strconv.Quote(t) + ").WithPolicy"
+		}
+		return refuse(opt, "Block (the default) retries a record forever while its lock is renewed, holding it from every member and stalling its session; choose Skip(n), which rejects it after n attempts, or DeadLetter")
 	case c.commitInterval != d.commitInterval:
 		return refuse("CommitInterval", "there are no offsets to commit")
 	case c.commitTimeout != d.commitTimeout:
@@ -82,6 +90,23 @@ func (c *config) settledOptions(src Source) error {
 	}
 	c.ordering = Unordered
 	return nil
+}
+
+// blockedTopic returns a registered topic whose records would run under
+// Block (its own policy, or the runner-wide one it did not override), or
+// "" when there is none; the first in name order, so the error is stable.
+func (c *config) blockedTopic() string {
+	var topics []string
+	for t, rt := range c.handlers {
+		if (rt.policySet && rt.policy.kind == policyBlock) || (!rt.policySet && c.policy.kind == policyBlock) {
+			topics = append(topics, t)
+		}
+	}
+	if len(topics) == 0 {
+		return ""
+	}
+	slices.Sort(topics)
+	return topics[0]
 }
 
 // settlement is one record's Settle call, for the loop to make

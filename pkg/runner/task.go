@@ -15,7 +15,7 @@ import (
 // costs no allocation in steady state.
 type task struct {
 	rec       Record
-	handler   Handler
+	route     *route
 	ps        *partState
 	epoch     rebalance.Epoch
 	lane      *lane // nil in Unordered mode and for nil keys
@@ -25,6 +25,11 @@ type task struct {
 	// Set by the worker before it hands the task back.
 	res      result
 	attempts int
+	// actx is the handler's ctx, carrying the attempt number (Attempt).
+	actx attemptCtx
+	// When the first and the last failed attempt ended (dead-letter
+	// headers); zero until one failed.
+	firstFail, lastFail time.Time
 	// fail is the last failed attempt, set by the worker as it happens (the
 	// poll goroutine reads it for the oldest-unfinished stats).
 	fail atomic.Pointer[failure]
@@ -44,6 +49,7 @@ type task struct {
 type failure struct {
 	attempts int
 	err      string
+	kind     ErrorKind
 }
 
 // failure returns the message of t's last failed attempt, or "".
