@@ -121,12 +121,14 @@ func TestPanicGoesToDeadLetter(t *testing.T) {
 	dlq := bed.Topic(t, 1)
 	group := bed.Group(t)
 	cl := bed.Client(t)
+	var origin []*kgo.Record
 	for i := range 10 {
 		r := &kgo.Record{Topic: topic, Key: []byte("k" + strconv.Itoa(i)), Value: []byte(strconv.Itoa(i)),
 			Headers: []kgo.RecordHeader{{Key: "origin", Value: []byte("test")}}}
 		if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
+		origin = append(origin, r) // ProduceSync set its timestamp
 	}
 	m := startMember(t, "m", group, topic, func(ctx context.Context, rec runner.Record) error {
 		if string(rec.Value) == "4" {
@@ -152,8 +154,15 @@ func TestPanicGoesToDeadLetter(t *testing.T) {
 	for _, h := range recs[0].Headers {
 		got[h.Key] = string(h.Value)
 	}
-	want := map[string]string{"origin": "test", "tidemark-attempts": "3", "tidemark-origin-topic": topic,
-		"tidemark-origin-partition": "0", "tidemark-origin-offset": "4"}
+	want := map[string]string{"origin": "test", runner.HeaderAttempts: "3", runner.HeaderOriginTopic: topic,
+		runner.HeaderOriginPartition: "0", runner.HeaderOriginOffset: "4", runner.HeaderOriginKey: "k4",
+		runner.HeaderErrorType: "*runner.PanicError", runner.HeaderErrorKind: "retryable",
+		runner.HeaderOriginTimestamp: origin[4].Timestamp.Truncate(time.Millisecond).UTC().Format(time.RFC3339Nano)}
+	for _, h := range []string{runner.HeaderFirstFailure, runner.HeaderLastFailure} {
+		if _, err := time.Parse(time.RFC3339Nano, got[h]); err != nil {
+			t.Errorf("header %s = %q: %v", h, got[h], err)
+		}
+	}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("header %s = %q, want %q", k, got[k], v)
