@@ -1,0 +1,95 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+)
+
+// Typed returns a Handler that decodes each record's value with decode and
+// calls h with the record and the decoded value. A value decode rejects is
+// a *DecodeError marked Permanent, which the failure policy dead-letters
+// or skips at once (Block retries it as any error), without calling h: a
+// record that cannot be decoded fails the same way on every attempt. h's own errors are returned as they
+// are.
+//
+// decode is called for every attempt, from many workers at once: it must
+// be safe for concurrent use, and must not keep or modify the bytes it is
+// given (they are the record's, which a retry and the dead-letter write
+// see again). Its error goes into the *DecodeError's message, the runner's
+// logs and the dead-letter headers as it is: a decoder must not quote
+// secret values in it. JSON returns one for encoding/json.
+//
+// Typed panics if decode or h is nil, as a programming error found when
+// the handlers are wired, not per record.
+//
+// Decoding is an adapter, not a Middleware: it changes the handler's type,
+// which a func(Handler) Handler cannot do without passing the value in a
+// context, untyped. Wrap the Handler Typed returns with Chain as any
+// other.
+func Typed[T any](decode func(value []byte) (T, error), h func(ctx context.Context, rec Record, v T) error) Handler {
+	if decode == nil {
+		panic("runner: Typed with a nil decode function")
+	}
+	if h == nil {
+		panic("runner: Typed with a nil handler")
+	}
+	return func(ctx context.Context, rec Record) error {
+		v, err := decode(rec.Value)
+		if err != nil {
+			return Permanent(&DecodeError{Record: rec.String(), Size: len(rec.Value), Err: err})
+		}
+		return h(ctx, rec, v)
+	}
+}
+
+// DecodeError is a record value that Typed's decode function rejected.
+// Typed returns it marked Permanent; errors.As finds it through the mark.
+// Its message names the record and the value's size, never the value's
+// bytes: a value can be binary, or secret, and the message goes to logs
+// and dead-letter headers (the dead-letter record keeps the value itself).
+type DecodeError struct {
+	Record string // topic/partition@offset
+	Size   int    // the value's length in bytes
+	Err    error  // the decoder's error
+}
+
+func (e *DecodeError) Error() string {
+	return "runner: cannot decode the value of " + e.Record + " (" + strconv.Itoa(e.Size) + " bytes): " + e.Err.Error()
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// ErrEmptyValue is the error of JSON's decoder for a nil or empty value
+// (a tombstone on a compacted topic has a nil value).
+var ErrEmptyValue = errors.New("runner: empty value (nil or zero bytes) is not JSON")
+
+// JSON returns a decoder of JSON values into a T for Typed, with
+// encoding/json's Unmarshal: the value must be exactly one JSON value
+// (trailing data is an error), and a nil or empty value is ErrEmptyValue.
+// The JSON literal null leaves T's zero value, as Unmarshal does; decode
+// into a pointer type to tell null apart.
+//
+// Fields of the value that T does not have are ignored, as Unmarshal
+// ignores them: producers and consumers of a topic are deployed apart, and
+// a producer that adds a field (a compatible change under any schema
+// evolution rule) must not turn every new record into a decode failure —
+// each would be dead-lettered or skipped at once, being permanent. A
+// consumer that wants them refused writes its decoder with a json.Decoder
+// and DisallowUnknownFields (docs/runner.md shows one).
+//
+// The decoder is safe for concurrent use.
+func JSON[T any]() func(value []byte) (T, error) {
+	return func(value []byte) (T, error) {
+		var v T
+		if len(value) == 0 {
+			return v, ErrEmptyValue
+		}
+		if err := json.Unmarshal(value, &v); err != nil {
+			var zero T // not the half-filled v
+			return zero, err
+		}
+		return v, nil
+	}
+}
