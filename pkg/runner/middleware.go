@@ -2,7 +2,9 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -71,3 +73,46 @@ func (e *TimeoutError) Error() string {
 }
 
 func (e *TimeoutError) Unwrap() error { return e.Err }
+
+// LogFailures returns a Middleware that logs each failed attempt of the
+// handler it wraps at warn level, with the record (topic/partition@offset,
+// as the runner's own log lines), the attempt number (Attempt), the error's
+// kind by the default classification (KindOf; a Classifier given to the
+// runner may decide otherwise) and the error. It logs neither the record's
+// key nor its value, which can be secret. A nil logger is slog.Default()
+// as it is when LogFailures is called.
+//
+// An error returned once the runner cancelled ctx (the partition was lost
+// or revoked past its drain budget, or the runner is closing) is logged at
+// debug level only: the runner does not count it as a failed attempt, and
+// the record runs again at its next owner. A panic is not recovered: it
+// goes on to the runner, which recovers and logs it with its stack.
+//
+// The runner logs every failed attempt too, through its Logger and
+// without the attempt's ctx. LogFailures is a topic's own log: its logger,
+// each line logged with the attempt's ctx (which a slog.Handler can take
+// the trace from), and the error as it is at LogFailures' place in the
+// chain. Put it outside Timeout, so that it logs the *TimeoutError:
+// Chain(h, LogFailures(logger), Timeout(d)).
+func LogFailures(logger *slog.Logger) Middleware {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return func(next Handler) Handler {
+		return func(ctx context.Context, rec Record) error {
+			err := next(ctx, rec)
+			if err == nil {
+				return nil
+			}
+			if errors.Is(ctx.Err(), context.Canceled) {
+				logger.LogAttrs(ctx, slog.LevelDebug, "handler attempt ended by a cancelled context",
+					slog.String("record", rec.String()), slog.Int("attempt", Attempt(ctx)), slog.Any("err", err))
+				return err
+			}
+			logger.LogAttrs(ctx, slog.LevelWarn, "handler attempt failed",
+				slog.String("record", rec.String()), slog.Int("attempt", Attempt(ctx)),
+				slog.String("kind", KindOf(err).String()), slog.Any("err", err))
+			return err
+		}
+	}
+}

@@ -1,9 +1,12 @@
 package runner_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -165,31 +168,24 @@ func TestTimeoutZeroAndNegative(t *testing.T) {
 }
 
 // TestTimeoutIsARetriedFailure: through the runner, an attempt past a
-// topic's Timeout is a failed attempt that the policy retries; the next
-// attempt, which succeeds, completes the record.
+// topic's Timeout is a failed attempt that the policy retries, and that
+// LogFailures logs with its attempt number; the next attempt, which
+// succeeds, completes the record.
 func TestTimeoutIsARetriedFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		src := runnertest.New()
 		src.Append(runner.Record{Topic: topic, Partition: 0, Offset: 0, Key: []byte("a")})
 		var attempts atomic.Int32
-		var firstErr atomic.Value
 		h := func(ctx context.Context, rec runner.Record) error {
 			if attempts.Add(1) == 1 {
 				return waitForCtx(ctx, rec)
 			}
 			return nil
 		}
+		c := &logCapture{}
 		m := newMeter()
 		r := newRunner(t, src,
-			runner.Handle(topic, runner.Chain(h, func(next runner.Handler) runner.Handler {
-				return func(ctx context.Context, rec runner.Record) error {
-					err := next(ctx, rec)
-					if err != nil {
-						firstErr.CompareAndSwap(nil, err)
-					}
-					return err
-				}
-			}, runner.Timeout(time.Second))),
+			runner.Handle(topic, runner.Chain(h, runner.LogFailures(slog.New(c)), runner.Timeout(time.Second))),
 			runner.Failure(runner.Skip(3)), runner.Backoff(time.Millisecond, time.Millisecond),
 			runner.CommitInterval(time.Millisecond), runner.MeterProvider(m.provider))
 		started(t, r)
@@ -201,9 +197,148 @@ func TestTimeoutIsARetriedFailure(t *testing.T) {
 		if f, r, s := m.sum(t, "tidemark.records.failed"), m.sum(t, "tidemark.records.retried"), m.sum(t, "tidemark.records.skipped"); f != 1 || r != 1 || s != 0 {
 			t.Fatalf("failed %d, retried %d, skipped %d; want 1, 1, 0", f, r, s)
 		}
-		var te *runner.TimeoutError
-		if err, _ := firstErr.Load().(error); !errors.As(err, &te) {
-			t.Fatalf("the first attempt's error %v is not a *TimeoutError", err)
+		recs := c.records()
+		if len(recs) != 1 {
+			t.Fatalf("%d log records, want 1 for the attempt that timed out", len(recs))
+		}
+		got := attrs(recs[0])
+		if got["attempt"] != "1" || got["kind"] != "retryable" || !strings.Contains(got["err"], "t/0@0 timed out after 1s") {
+			t.Fatalf("logged %v, want attempt 1, retryable, the timeout", got)
 		}
 	})
+}
+
+// logCapture is a slog.Handler that keeps every record, at every level.
+type logCapture struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (c *logCapture) Enabled(context.Context, slog.Level) bool { return true }
+func (c *logCapture) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recs = append(c.recs, r.Clone())
+	return nil
+}
+func (c *logCapture) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *logCapture) WithGroup(string) slog.Handler      { return c }
+
+func (c *logCapture) records() []slog.Record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]slog.Record(nil), c.recs...)
+}
+
+func attrs(r slog.Record) map[string]string {
+	m := map[string]string{}
+	r.Attrs(func(a slog.Attr) bool {
+		m[a.Key] = a.Value.String()
+		return true
+	})
+	return m
+}
+
+// TestLogFailuresLogsEachFailedAttempt: one warn line per failed attempt
+// with the record, the attempt, the kind and the error.
+func TestLogFailuresLogsEachFailedAttempt(t *testing.T) {
+	base := errors.New("db down")
+	for _, tc := range []struct {
+		err  error
+		kind string
+	}{
+		{base, "retryable"},
+		{runner.Transient(base), "transient"},
+		{runner.Permanent(base), "permanent"},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			c := &logCapture{}
+			h := runner.LogFailures(slog.New(c))(func(context.Context, runner.Record) error { return tc.err })
+			ctx := runner.AttemptContextForTest(context.Background(), 3)
+			if err := h(ctx, timeoutRec); err != tc.err {
+				t.Fatalf("h = %v, want the handler's error as it is", err)
+			}
+			recs := c.records()
+			if len(recs) != 1 || recs[0].Level != slog.LevelWarn {
+				t.Fatalf("%d log records (%v), want one at warn", len(recs), recs)
+			}
+			got := attrs(recs[0])
+			want := map[string]string{"record": "orders/1@9", "attempt": "3", "kind": tc.kind, "err": tc.err.Error()}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("attr %s = %q, want %q (all: %v)", k, got[k], v, got)
+				}
+			}
+		})
+	}
+}
+
+// TestLogFailuresQuiet: nothing at warn for a success, for an attempt the
+// runner cancelled (debug only), or for a panic, which goes on to the
+// runner unrecovered.
+func TestLogFailuresQuiet(t *testing.T) {
+	c := &logCapture{}
+	mw := runner.LogFailures(slog.New(c))
+	if err := mw(func(context.Context, runner.Record) error { return nil })(context.Background(), timeoutRec); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(c.records()); n != 0 {
+		t.Fatalf("%d log records for a success, want none", n)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the partition was lost
+	if err := mw(waitForCtx)(ctx, timeoutRec); !errors.Is(err, context.Canceled) {
+		t.Fatalf("h = %v, want context.Canceled", err)
+	}
+	if recs := c.records(); len(recs) != 1 || recs[0].Level != slog.LevelDebug || attrs(recs[0])["record"] != "orders/1@9" {
+		t.Fatalf("log records %v, want one at debug naming the record", recs)
+	}
+
+	func() {
+		defer func() {
+			if v := recover(); v != "boom" {
+				t.Fatalf("recovered %v, want the handler's panic to pass through", v)
+			}
+		}()
+		mw(func(context.Context, runner.Record) error { panic("boom") })(context.Background(), timeoutRec)
+	}()
+	if n := len(c.records()); n != 1 {
+		t.Fatalf("%d log records after the panic, want still 1: the runner logs panics", n)
+	}
+}
+
+// TestLogFailuresTimeout: an attempt past a deadline is a failure, logged
+// at warn, with Timeout's error; no key or value is logged.
+func TestLogFailuresTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		h := runner.Chain(waitForCtx, runner.LogFailures(slog.New(slog.NewTextHandler(&buf, nil))), runner.Timeout(time.Second))
+		rec := timeoutRec
+		rec.Key, rec.Value = []byte("key-secret"), []byte("value-secret")
+		_ = h(context.Background(), rec)
+		line := buf.String()
+		for _, want := range []string{"level=WARN", "record=orders/1@9", "attempt=0", "kind=retryable", "timed out after 1s"} {
+			if !strings.Contains(line, want) {
+				t.Errorf("log %q does not say %q", line, want)
+			}
+		}
+		if strings.Contains(line, "secret") {
+			t.Errorf("log %q shows the key or the value", line)
+		}
+	})
+}
+
+// TestLogFailuresNilLogger: nil is slog.Default() as it is when
+// LogFailures is called.
+func TestLogFailuresNilLogger(t *testing.T) {
+	c := &logCapture{}
+	prev := slog.Default()
+	slog.SetDefault(slog.New(c))
+	mw := runner.LogFailures(nil)
+	slog.SetDefault(prev)
+	_ = mw(func(context.Context, runner.Record) error { return errors.New("x") })(context.Background(), timeoutRec)
+	if n := len(c.records()); n != 1 {
+		t.Fatalf("%d records in the default logger of the call, want 1", n)
+	}
 }
