@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 )
 
 // Typed returns a Handler that decodes each record's value with decode and
@@ -69,7 +70,11 @@ var ErrEmptyValue = errors.New("runner: empty value (nil or zero bytes) is not J
 // encoding/json's Unmarshal: the value must be exactly one JSON value
 // (trailing data is an error), and a nil or empty value is ErrEmptyValue.
 // The JSON literal null leaves T's zero value, as Unmarshal does; decode
-// into a pointer type to tell null apart.
+// into a pointer type to tell null apart. Its errors are Unmarshal's, but
+// a *json.UnmarshalTypeError (which errors.As still finds) does not quote
+// the number it could not store: the value may be secret. Errors of T's
+// own UnmarshalJSON methods, and Unmarshal's for a misused ",string" tag,
+// are returned as they are and may quote the value.
 //
 // Fields of the value that T does not have are ignored, as Unmarshal
 // ignores them: producers and consumers of a topic are deployed apart, and
@@ -88,8 +93,36 @@ func JSON[T any]() func(value []byte) (T, error) {
 		}
 		if err := json.Unmarshal(value, &v); err != nil {
 			var zero T // not the half-filled v
-			return zero, err
+			return zero, jsonError(err)
 		}
 		return v, nil
 	}
 }
+
+// jsonError returns err, but for a *json.UnmarshalTypeError, whose message
+// quotes a number it could not store ("cannot unmarshal number
+// 41111111111111111111 into ..."), an error that names the kind of JSON
+// value only and unwraps to it. A *json.SyntaxError quotes at most the
+// one character it stopped at, escaped.
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Type == nil {
+		return err
+	}
+	kind, _, _ := strings.Cut(te.Value, " ") // "number -5" -> "number"
+	into := "Go value"
+	if te.Struct != "" || te.Field != "" {
+		into = "Go struct field " + te.Struct + "." + te.Field
+	}
+	return &redactedError{msg: "json: cannot unmarshal " + kind + " into " + into + " of type " + te.Type.String(), err: err}
+}
+
+// redactedError is an error whose message leaves out what its wrapped
+// error's quotes of a value.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -56,6 +57,7 @@ func TestTypedDecodeFailureIsPermanent(t *testing.T) {
 	for _, tc := range []struct {
 		name, value string
 		nilValue    bool
+		secret      string // not in the error: "hunter2" unless set
 		want        string // in the decoder's error
 		is          error
 	}{
@@ -66,6 +68,9 @@ func TestTypedDecodeFailureIsPermanent(t *testing.T) {
 		{name: "trailing data", value: `{"id":"a"} hunter2`, want: "after top-level value"},
 		{name: "wrong type", value: `{"id":"hunter2","amount":"hunter2"}`, want: "cannot unmarshal"},
 		{name: "truncated", value: `{"id":"hunter2`, want: "unexpected end"},
+		{name: "number out of range", value: `{"id":"x","amount":41111111111111111111}`, secret: "41111111111111111111",
+			want: "json: cannot unmarshal number into Go struct field order.amount of type int"},
+		{name: "number into a string", value: `{"id":-4111}`, secret: "4111", want: "cannot unmarshal number into Go struct field order.id of type string"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			called := false
@@ -100,7 +105,11 @@ func TestTypedDecodeFailureIsPermanent(t *testing.T) {
 					t.Fatalf("error %q does not say %q", msg, want)
 				}
 			}
-			if strings.Contains(msg, "hunter2") || !utf8.ValidString(msg) {
+			secret := "hunter2"
+			if tc.secret != "" {
+				secret = tc.secret
+			}
+			if strings.Contains(msg, secret) || !utf8.ValidString(msg) {
 				t.Fatalf("error %q quotes the value (or is not UTF-8)", msg)
 			}
 		})
@@ -126,6 +135,15 @@ func TestJSONDecoder(t *testing.T) {
 	// A failure returns the zero value, not what was decoded before it.
 	if o, err := dec([]byte(`{"id":"a","amount":"x"}`)); err == nil || o != (order{}) {
 		t.Fatalf("wrong type: %+v, %v; want the zero order and an error", o, err)
+	}
+	// A type error without its number still unwraps to encoding/json's.
+	_, err = dec([]byte(`{"amount":1e400}`))
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Field != "amount" {
+		t.Fatalf("%v (%T): errors.As finds no *json.UnmarshalTypeError for amount", err, err)
+	}
+	if _, err := runner.JSON[int]()([]byte("1e400")); err == nil || err.Error() != "json: cannot unmarshal number into Go value of type int" {
+		t.Fatalf("a top-level number: %v", err)
 	}
 }
 
