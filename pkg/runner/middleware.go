@@ -85,7 +85,9 @@ func (e *TimeoutError) Unwrap() error { return e.Err }
 // An error returned once the runner cancelled ctx (the partition was lost
 // or revoked past its drain budget, or the runner is closing) is logged at
 // debug level only: the runner does not count it as a failed attempt, and
-// the record runs again at its next owner. A panic is not recovered: it
+// the record runs again at its next owner. An error wrapping ErrFenced is
+// logged at warn as a fence, without a kind: the runner neither retries
+// nor completes the record (see ErrFenced). A panic is not recovered: it
 // goes on to the runner, which recovers and logs it with its stack.
 //
 // The runner logs every failed attempt too, through its Logger and
@@ -106,6 +108,11 @@ func LogFailures(logger *slog.Logger) Middleware {
 			}
 			if errors.Is(ctx.Err(), context.Canceled) {
 				logger.LogAttrs(ctx, slog.LevelDebug, "handler attempt ended by a cancelled context",
+					slog.String("record", rec.String()), slog.Int("attempt", Attempt(ctx)), slog.Any("err", err))
+				return err
+			}
+			if errors.Is(err, ErrFenced) {
+				logger.LogAttrs(ctx, slog.LevelWarn, "handler attempt fenced by a newer owner",
 					slog.String("record", rec.String()), slog.Int("attempt", Attempt(ctx)), slog.Any("err", err))
 				return err
 			}

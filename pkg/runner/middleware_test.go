@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -270,6 +271,23 @@ func TestLogFailuresLogsEachFailedAttempt(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLogFailuresFenced: a fence is logged at warn as one, with no kind:
+// the policy does not classify it.
+func TestLogFailuresFenced(t *testing.T) {
+	c := &logCapture{}
+	fenced := fmt.Errorf("inbox: lease moved: %w", runner.ErrFenced)
+	if err := runner.LogFailures(slog.New(c))(func(context.Context, runner.Record) error { return fenced })(context.Background(), timeoutRec); err != fenced {
+		t.Fatalf("h = %v, want the handler's error as it is", err)
+	}
+	recs := c.records()
+	if len(recs) != 1 || recs[0].Level != slog.LevelWarn || !strings.Contains(recs[0].Message, "fenced") {
+		t.Fatalf("log records %v, want one fence at warn", recs)
+	}
+	if got := attrs(recs[0]); got["record"] != "orders/1@9" || got["kind"] != "" {
+		t.Fatalf("attrs %v, want the record and no kind", got)
 	}
 }
 
