@@ -230,7 +230,16 @@ func TestPerTopicOptions(t *testing.T) {
 			}
 			return true
 		})
-		topics, _ := dl.got()
+		topics, recs := dl.got()
+		for i, rec := range recs {
+			if topics[i] != "audit.dlt" {
+				continue
+			}
+			// WithTimeout's deadline says it ended the attempt.
+			if typ, _ := rec.Header(runner.HeaderErrorType); string(typ) != "*runner.TimeoutError" {
+				t.Errorf("audit's dead letter: %s = %q, want *runner.TimeoutError", runner.HeaderErrorType, typ)
+			}
+		}
 		slices.Sort(topics)
 		if got := strings.Join(topics, ","); got != "all.dlt,audit.dlt,orders.dlt" {
 			t.Fatalf("dead letters went to %s, want all.dlt,audit.dlt,orders.dlt", got)

@@ -20,8 +20,7 @@ import (
 // partition was lost) or after an earlier deadline of ctx's own passed.
 //
 // WithTimeout (per topic) and HandlerTimeout set such a deadline from
-// inside the runner, and the handler's error comes back as it is;
-// Timeout's error says the attempt timed out, and Timeout can bound part
+// inside the runner, with the same *TimeoutError; Timeout can bound part
 // of a chain. Where both are set, the shorter ends the attempt.
 //
 // A handler that ignores its ctx is not stopped: the runner waits for it,
@@ -59,12 +58,12 @@ type timeoutCause struct{ d time.Duration }
 func (c *timeoutCause) Error() string { return "runner: Timeout(" + c.d.String() + ") expired" }
 
 // TimeoutError is a handler attempt that failed after the deadline of a
-// Timeout middleware passed. errors.As finds it; it unwraps to the
+// Timeout middleware, WithTimeout or HandlerTimeout passed. errors.As finds it; it unwraps to the
 // handler's error, so errors.Is(err, context.DeadlineExceeded) holds when
 // the handler returned its ctx's error.
 type TimeoutError struct {
 	Record  string        // topic/partition@offset
-	Timeout time.Duration // the Timeout middleware's d
+	Timeout time.Duration // the timeout that passed
 	Err     error         // what the handler returned
 }
 

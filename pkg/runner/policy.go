@@ -148,12 +148,18 @@ func (r *Runner) attempt(ctx context.Context, t *task) (applied bool, err error)
 		return true, nil
 	}
 	where = "handler"
-	if d := t.route.timeout; d > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
+	rt := t.route
+	if rt.timeout <= 0 {
+		return false, rt.handler(ctx, t.rec)
 	}
-	return false, t.route.handler(ctx, t.rec)
+	ctx, cancel := context.WithTimeoutCause(ctx, rt.timeout, rt.timeoutCause)
+	defer cancel()
+	err = rt.handler(ctx, t.rec)
+	if err != nil && context.Cause(ctx) == error(rt.timeoutCause) {
+		// This attempt's deadline ended it: say so, as Timeout does.
+		err = &TimeoutError{Record: t.rec.String(), Timeout: rt.timeout, Err: err}
+	}
+	return false, err
 }
 
 // sleep waits rt's backoff before attempt+1; false if ctx ended first.

@@ -24,6 +24,7 @@ type route struct {
 	backoffSet     bool
 	timeout        time.Duration
 	timeoutSet     bool
+	timeoutCause   *timeoutCause // the cause of its attempts' deadlines
 	classify       Classifier
 	dlw            DeadLetterWriter // the DeadLetter policy's writer, or the source
 }
@@ -98,6 +99,7 @@ func (c *config) resolve(rt *route) error {
 	if rt.classify == nil {
 		rt.classify = c.classify
 	}
+	rt.timeoutCause = &timeoutCause{d: rt.timeout}
 	switch p := rt.policy; {
 	case rt.backoffInitial <= 0 || rt.backoffMax < rt.backoffInitial:
 		return bad("WithBackoff", "need 0 < initial <= max, got %v and %v", rt.backoffInitial, rt.backoffMax)
@@ -124,7 +126,7 @@ func (c *config) noHandler() *route {
 			return fmt.Errorf("runner: no handler registered for topic %q (record %s)", rec.Topic, rec.String())
 		},
 		policy: c.policy, backoffInitial: c.backoffInitial, backoffMax: c.backoffMax,
-		timeout: c.handlerTimeout, classify: c.classify,
+		timeout: c.handlerTimeout, classify: c.classify, timeoutCause: &timeoutCause{d: c.handlerTimeout},
 	}
 }
 
