@@ -1,0 +1,325 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/runner/runnertest"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// batchCall is one call of a batch handler: the offsets it got and its
+// Attempt(ctx).
+type batchCall struct {
+	offsets []int64
+	attempt int
+}
+
+// batchLog records a batch handler's calls.
+type batchLog struct {
+	mu    sync.Mutex
+	calls []batchCall
+}
+
+func (l *batchLog) add(ctx context.Context, recs []runner.Record) {
+	c := batchCall{attempt: runner.Attempt(ctx)}
+	for _, r := range recs {
+		c.offsets = append(c.offsets, r.Offset)
+	}
+	l.mu.Lock()
+	l.calls = append(l.calls, c)
+	l.mu.Unlock()
+}
+
+func (l *batchLog) get() []batchCall {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.calls)
+}
+
+// appendN appends n records of partition 0 at offsets from..from+n-1, with
+// an "h" header each.
+func appendN(src *runnertest.Source, from, n int) {
+	for i := range n {
+		off := int64(from + i)
+		src.Append(runner.Record{Topic: topic, Partition: 0, Offset: off, Key: []byte("k" + strconv.FormatInt(off%2, 10)),
+			Value: []byte("v"), Headers: []runner.Header{{Key: "h", Value: []byte(strconv.FormatInt(off, 10))}}})
+	}
+}
+
+func callsEqual(a, b []batchCall) bool {
+	return slices.EqualFunc(a, b, func(x, y batchCall) bool { return x.attempt == y.attempt && slices.Equal(x.offsets, y.offsets) })
+}
+
+// TestBatchErrorRetriesFromTheFailedRecord: a *BatchError completes the
+// records before its index and the batch is retried from it, with
+// Attempt(ctx) counting the attempts of that record.
+func TestBatchErrorRetriesFromTheFailedRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		appendN(src, 0, 6)
+		var log batchLog
+		fails := 0
+		h := func(ctx context.Context, recs []runner.Record) error {
+			log.add(ctx, recs)
+			for i, r := range recs {
+				if r.Offset == 2 && fails < 2 {
+					fails++
+					return &runner.BatchError{Index: i, Err: errPoison}
+				}
+			}
+			return nil
+		}
+		r := newRunner(t, src, runner.HandleBatch(topic, h, runner.BatchSize(10)), runner.Order(runner.PartitionOrder),
+			runner.Backoff(time.Millisecond, time.Millisecond), runner.CommitInterval(2*time.Millisecond))
+		started(t, r)
+		assign(t, src, tp(0))
+		await(t, time.Second, "committed past the batch", committedAt(src, 0, 6))
+		want := []batchCall{{[]int64{0, 1, 2, 3, 4, 5}, 1}, {[]int64{2, 3, 4, 5}, 2}, {[]int64{2, 3, 4, 5}, 3}}
+		if got := log.get(); !callsEqual(got, want) {
+			t.Fatalf("calls %v, want %v", got, want)
+		}
+	})
+}
+
+// TestBatchDeadLettersEachRecord: a plain error fails the whole batch; at
+// the policy's end every record of it is dead-lettered with its own
+// headers, and the commit passes them only then.
+func TestBatchDeadLettersEachRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		appendN(src, 0, 3)
+		var log batchLog
+		d := &dlq{allow: make(chan struct{})}
+		close(d.allow)
+		h := func(ctx context.Context, recs []runner.Record) error {
+			log.add(ctx, recs)
+			return errPoison
+		}
+		r := newRunner(t, src, runner.HandleBatch(topic, h, runner.WithPolicy(runner.DeadLetter("t.dlq", 2, d))),
+			runner.Backoff(time.Millisecond, time.Millisecond), runner.CommitInterval(2*time.Millisecond))
+		started(t, r)
+		assign(t, src, tp(0))
+		await(t, time.Second, "committed past the dead letters", committedAt(src, 0, 3))
+		want := []batchCall{{[]int64{0, 1, 2}, 1}, {[]int64{0, 1, 2}, 2}}
+		if got := log.get(); !callsEqual(got, want) {
+			t.Fatalf("calls %v, want %v", got, want)
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if len(d.got) != 3 {
+			t.Fatalf("%d dead letters, want the batch's 3", len(d.got))
+		}
+		for i, dl := range d.got {
+			off := strconv.Itoa(i)
+			for k, v := range map[string]string{
+				"h": off, runner.HeaderOriginOffset: off, runner.HeaderOriginTopic: topic, runner.HeaderOriginPartition: "0",
+				runner.HeaderOriginKey: "k" + strconv.Itoa(i%2), runner.HeaderAttempts: "2", runner.HeaderErrorKind: "retryable",
+				runner.HeaderError: errPoison.Error(),
+			} {
+				if hv, ok := dl.Header(k); !ok || string(hv) != v {
+					t.Errorf("dead letter %d: header %s = %q, want %q", i, k, hv, v)
+				}
+			}
+			first, _ := dl.Header(runner.HeaderFirstFailure)
+			last, _ := dl.Header(runner.HeaderLastFailure)
+			f, ferr := time.Parse(time.RFC3339Nano, string(first))
+			l, lerr := time.Parse(time.RFC3339Nano, string(last))
+			if ferr != nil || lerr != nil || !f.Before(l) {
+				t.Errorf("dead letter %d: first failure %q, last %q; want two times, the first before", i, first, last)
+			}
+		}
+	})
+}
+
+// TestBatchErrorDeadLettersTheNamedRecord: at the policy's end, only the
+// record a *BatchError names is dead-lettered; the records after it run
+// again, their count from 1.
+func TestBatchErrorDeadLettersTheNamedRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		appendN(src, 0, 3)
+		var log batchLog
+		d := &dlq{allow: make(chan struct{})}
+		close(d.allow)
+		h := func(ctx context.Context, recs []runner.Record) error {
+			log.add(ctx, recs)
+			for i, r := range recs {
+				if r.Offset == 1 {
+					return &runner.BatchError{Index: i, Err: errPoison}
+				}
+			}
+			return nil
+		}
+		r := newRunner(t, src, runner.HandleBatch(topic, h, runner.WithPolicy(runner.DeadLetter("t.dlq", 2, d))),
+			runner.Order(runner.PartitionOrder), runner.Backoff(time.Millisecond, time.Millisecond), runner.CommitInterval(2*time.Millisecond))
+		started(t, r)
+		assign(t, src, tp(0))
+		await(t, time.Second, "committed past the batch", committedAt(src, 0, 3))
+		want := []batchCall{{[]int64{0, 1, 2}, 1}, {[]int64{1, 2}, 2}, {[]int64{2}, 1}}
+		if got := log.get(); !callsEqual(got, want) {
+			t.Fatalf("calls %v, want %v", got, want)
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if len(d.got) != 1 || d.got[0].Offset != 1 {
+			t.Fatalf("dead letters %v, want offset 1 alone", d.got)
+		}
+		if a, _ := d.got[0].Header(runner.HeaderAttempts); string(a) != "2" {
+			t.Fatalf("attempts header %q, want 2", a)
+		}
+	})
+}
+
+// TestBatchPermanentIsImmediate: a Permanent error goes to the policy's
+// end at its first attempt; Skip skips each record of the batch.
+func TestBatchPermanentIsImmediate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		appendN(src, 0, 4)
+		var log batchLog
+		m := newMeter()
+		h := func(ctx context.Context, recs []runner.Record) error {
+			log.add(ctx, recs)
+			return runner.Permanent(errPoison)
+		}
+		r := newRunner(t, src, runner.HandleBatch(topic, h, runner.WithPolicy(runner.Skip(5))), runner.MeterProvider(m.provider),
+			runner.Backoff(time.Millisecond, time.Millisecond), runner.CommitInterval(2*time.Millisecond))
+		started(t, r)
+		assign(t, src, tp(0))
+		await(t, time.Second, "committed past the skipped batch", committedAt(src, 0, 4))
+		if got, want := log.get(), []batchCall{{[]int64{0, 1, 2, 3}, 1}}; !callsEqual(got, want) {
+			t.Fatalf("calls %v, want %v: one attempt", got, want)
+		}
+		if n := m.sum(t, "tidemark.records.skipped"); n != 4 {
+			t.Fatalf("tidemark.records.skipped = %d, want 4", n)
+		}
+	})
+}
+
+// TestBatchLostCancelsIt: losing the partition cancels the ctx of its
+// batch in flight, and nothing of it is committed.
+func TestBatchLostCancelsIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		appendN(src, 0, 3)
+		entered, cancelled := make(chan struct{}), make(chan error, 1)
+		h := func(ctx context.Context, recs []runner.Record) error {
+			close(entered)
+			<-ctx.Done()
+			cancelled <- ctx.Err()
+			return ctx.Err()
+		}
+		r := newRunner(t, src, runner.HandleBatch(topic, h), runner.CommitInterval(2*time.Millisecond))
+		started(t, r)
+		assign(t, src, tp(0))
+		<-entered
+		if err := src.Lose(context.Background(), tp(0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-cancelled; !errors.Is(err, context.Canceled) {
+			t.Fatalf("the batch's ctx ended with %v, want Canceled", err)
+		}
+		await(t, time.Second, "nothing committed", func() bool { _, ok := src.Committed(tp(0)); return !ok })
+		if err := src.Violation(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestBatchRevokeWaitsForIt: a revoke waits for the batch in flight, then
+// commits past it.
+func TestBatchRevokeWaitsForIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		appendN(src, 0, 3)
+		entered, release := make(chan struct{}), make(chan struct{})
+		h := func(ctx context.Context, recs []runner.Record) error {
+			close(entered)
+			<-release
+			return nil
+		}
+		r := newRunner(t, src, runner.HandleBatch(topic, h), runner.DrainBudget(time.Minute), runner.CommitInterval(time.Hour))
+		started(t, r)
+		assign(t, src, tp(0))
+		<-entered
+		revoked := make(chan error, 1)
+		go func() { revoked <- src.Revoke(context.Background(), tp(0)) }()
+		time.Sleep(30 * time.Second) // fake time, within the drain budget
+		synctest.Wait()
+		select {
+		case err := <-revoked:
+			t.Fatalf("Revoke returned %v with the batch in flight", err)
+		default:
+		}
+		close(release)
+		if err := <-revoked; err != nil {
+			t.Fatalf("Revoke returned %v, want nil", err)
+		}
+		if off, ok := src.Committed(tp(0)); !ok || off != 3 {
+			t.Fatalf("committed %d (%v) after the revoke, want 3", off, ok)
+		}
+	})
+}
+
+// TestBatchSizeMetric: every batch is measured in tidemark.batch.size, in
+// records.
+func TestBatchSizeMetric(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		appendN(src, 0, 10)
+		m := newMeter()
+		r := newRunner(t, src, runner.HandleBatch(topic, func(context.Context, []runner.Record) error { return nil }, runner.BatchSize(4)),
+			runner.MeterProvider(m.provider), runner.CommitInterval(2*time.Millisecond), runner.Order(runner.Unordered))
+		started(t, r)
+		assign(t, src, tp(0))
+		await(t, time.Second, "committed", committedAt(src, 0, 10))
+		hist, ok := m.metric(t, "tidemark.batch.size").(metricdata.Histogram[int64])
+		if !ok || len(hist.DataPoints) != 1 {
+			t.Fatalf("tidemark.batch.size: %T %+v, want one histogram data point", m.metric(t, "tidemark.batch.size"), hist)
+		}
+		dp := hist.DataPoints[0]
+		if mx, _ := dp.Max.Value(); dp.Sum != 10 || dp.Count < 3 || mx > 4 {
+			t.Fatalf("tidemark.batch.size: %d batches, %d records, max %d; want 10 records in batches of at most 4", dp.Count, dp.Sum, mx)
+		}
+		if v, _ := dp.Attributes.Value("messaging.destination.name"); v.AsString() != topic {
+			t.Fatalf("tidemark.batch.size topic %q, want %q", v.AsString(), topic)
+		}
+	})
+}
+
+// TestBatchConfigErrors: bad batch options and HandleBatch over a share
+// group are refused by New with a *ConfigError naming them.
+func TestBatchConfigErrors(t *testing.T) {
+	nop := func(context.Context, []runner.Record) error { return nil }
+	for _, tc := range []struct {
+		name string
+		src  runner.Source
+		opts []runner.Option
+		want string
+	}{
+		{"BatchSize on Handle", runnertest.New(), []runner.Option{runner.Handle(topic, func(context.Context, runner.Record) error { return nil }, runner.BatchSize(3))}, `Handle("t").BatchSize`},
+		{"BatchWait on Handle", runnertest.New(), []runner.Option{runner.Handle(topic, func(context.Context, runner.Record) error { return nil }, runner.BatchWait(time.Second))}, `Handle("t").BatchWait`},
+		{"BatchSize 0", runnertest.New(), []runner.Option{runner.HandleBatch(topic, nop, runner.BatchSize(0))}, `Handle("t").BatchSize`},
+		{"BatchSize above the high water mark", runnertest.New(), []runner.Option{runner.HandleBatch(topic, nop, runner.BatchSize(11)), runner.WaterMarks(10, 5)}, `Handle("t").BatchSize`},
+		{"BatchWait negative", runnertest.New(), []runner.Option{runner.HandleBatch(topic, nop, runner.BatchWait(-1))}, `Handle("t").BatchWait`},
+		{"nil handler", runnertest.New(), []runner.Option{runner.HandleBatch(topic, nil)}, "nil handler"},
+		{"share group", newSettleSource(), []runner.Option{runner.HandleBatch(topic, nop), runner.Failure(runner.Skip(1))}, `HandleBatch("t")`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := runner.New(tc.src, tc.opts...)
+			var ce *runner.ConfigError
+			if !errors.As(err, &ce) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New returned %v, want a *ConfigError naming %s", err, tc.want)
+			}
+		})
+	}
+}
