@@ -231,6 +231,12 @@ func (s *pollState) take(ps *partState) *task {
 	rt := pb.route
 	n := min(pb.avail, rt.batchSize)
 	b := &batch{ps: ps, route: rt, tasks: make([]*task, 0, n)}
+	switch s.cfg.ordering {
+	case KeyOrder:
+		b.lanes = make([]*lane, 0, n) // sized once: growing it would cost more than batchRecordOverhead
+	case PartitionOrder:
+		b.lanes = make([]*lane, 0, 1)
+	}
 	for len(b.tasks) < n {
 		t := pb.ready.pop()
 		if t == nil {

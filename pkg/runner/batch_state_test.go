@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -434,4 +435,50 @@ func TestBatchFencedHoldsItsLanes(t *testing.T) {
 	if err := CheckLanesForTest(&Runner{poll: *h.s}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestBatchChargeCoversItsAllocations: what forming a batch allocates (the
+// batch, its slices of tasks, records and lanes) is within what its
+// records are charged for it, batchRecordOverhead each, for any size, in
+// the ordering that allocates most (KeyOrder, a lane per record).
+func TestBatchChargeCoversItsAllocations(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5, 7, 10, 33, 100, 293, 500, 1000} {
+		// TotalAlloc counts every goroutine's allocations (a test's
+		// leftovers, the race detector's): they only add, so the least of
+		// a few measurements is the batch's.
+		least := int64(-1)
+		for range 5 {
+			if got := batchAllocation(t, n); least < 0 || got < least {
+				least = got
+			}
+		}
+		if charged := int64(n) * batchRecordOverhead; least > charged {
+			t.Errorf("a batch of %d allocated %d bytes, its records are charged %d for it", n, least, charged)
+		}
+	}
+}
+
+// batchAllocation returns the bytes allocated while forming one batch of n
+// records of n keys.
+func batchAllocation(t *testing.T, n int) int64 {
+	h := newBatchHarness(t, []HandleOption{BatchSize(n), BatchWait(time.Hour)})
+	tp := stp(0)
+	h.assign(0, tp)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+	}
+	// n-1 records linger; the n-th makes the batch due: take it by hand.
+	h.fetchKeyed(tp, seq(0, int64(n-1)), keys[:n-1])
+	ps := h.s.parts[tp]
+	ps.batch.queued = true // keep the fetch below from dispatching it
+	h.fetchKeyed(tp, []int64{int64(n - 1)}, keys[n-1:])
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	b := h.s.take(ps).batch
+	runtime.ReadMemStats(&after)
+	if len(b.tasks) != n || len(b.lanes) != n {
+		t.Fatalf("n=%d: a batch of %d records and %d lanes", n, len(b.tasks), len(b.lanes))
+	}
+	return int64(after.TotalAlloc - before.TotalAlloc)
 }

@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -218,7 +219,11 @@ func TestBatchLostCancelsIt(t *testing.T) {
 			cancelled <- ctx.Err()
 			return ctx.Err()
 		}
-		r := newRunner(t, src, runner.HandleBatch(topic, h), runner.CommitInterval(2*time.Millisecond))
+		// Under Skip(1) a cancelled batch that counted as failed would be
+		// skipped: it must be left incomplete instead.
+		m := newMeter()
+		r := newRunner(t, src, runner.HandleBatch(topic, h, runner.WithPolicy(runner.Skip(1))), runner.MeterProvider(m.provider),
+			runner.CommitInterval(2*time.Millisecond))
 		started(t, r)
 		assign(t, src, tp(0))
 		<-entered
@@ -229,6 +234,9 @@ func TestBatchLostCancelsIt(t *testing.T) {
 			t.Fatalf("the batch's ctx ended with %v, want Canceled", err)
 		}
 		await(t, time.Second, "nothing committed", func() bool { _, ok := src.Committed(tp(0)); return !ok })
+		if n := m.sum(t, "tidemark.records.skipped"); n != 0 {
+			t.Fatalf("tidemark.records.skipped = %d: the lost batch was given up, want it left incomplete", n)
+		}
 		if err := src.Violation(); err != nil {
 			t.Fatal(err)
 		}
@@ -322,4 +330,111 @@ func TestBatchConfigErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBatchErrorKinds: a batch's failures follow the error kinds as a
+// record's do, under DeadLetter(1): a panic is a failed attempt, Transient
+// is retried without counting, ErrOutcomeUnknown is never given up, and
+// ErrFenced leaves the records to the next owner, neither completed nor
+// retried (the commit stays at the first fenced record).
+func TestBatchErrorKinds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// fail returns the error of call i (from 1), or nil.
+		fail        func(i int) error
+		panics      bool // call 1 panics instead
+		calls       int  // handler calls
+		deadLetters int
+		commit      int64
+	}{
+		{"panic", nil, true, 1, 3, 3}, // DeadLetter(1): the whole batch failed, each record dead-lettered
+		{"transient", func(i int) error {
+			if i <= 3 {
+				return runner.Transient(errPoison)
+			}
+			return nil
+		}, false, 4, 0, 3},
+		{"outcome unknown", func(i int) error {
+			if i <= 3 {
+				return fmt.Errorf("commit lost: %w", runner.ErrOutcomeUnknown)
+			}
+			return nil
+		}, false, 4, 0, 3},
+		{"fenced at record 1", func(i int) error {
+			return &runner.BatchError{Index: 1, Err: fmt.Errorf("lease moved: %w", runner.ErrFenced)}
+		}, false, 1, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				src := runnertest.New()
+				appendN(src, 0, 3)
+				d := &dlq{allow: make(chan struct{})}
+				close(d.allow)
+				var mu sync.Mutex
+				calls := 0
+				h := func(ctx context.Context, recs []runner.Record) error {
+					mu.Lock()
+					calls++
+					i := calls
+					mu.Unlock()
+					if tc.panics {
+						panic("boom")
+					}
+					return tc.fail(i)
+				}
+				m := newMeter()
+				r := newRunner(t, src, runner.HandleBatch(topic, h, runner.WithPolicy(runner.DeadLetter("t.dlq", 1, d))),
+					runner.Order(runner.PartitionOrder), runner.MeterProvider(m.provider),
+					runner.Backoff(time.Millisecond, time.Millisecond), runner.CommitInterval(2*time.Millisecond))
+				started(t, r)
+				assign(t, src, tp(0))
+				await(t, time.Second, fmt.Sprintf("committed %d", tc.commit), committedAt(src, 0, tc.commit))
+				mu.Lock()
+				defer mu.Unlock()
+				d.mu.Lock()
+				defer d.mu.Unlock()
+				wantDL := tc.deadLetters
+				if calls != tc.calls || len(d.got) != wantDL {
+					t.Fatalf("%d handler calls and %d dead letters, want %d and %d", calls, len(d.got), tc.calls, wantDL)
+				}
+				if tc.panics {
+					if e, _ := d.got[0].Header(runner.HeaderErrorType); string(e) != "*runner.PanicError" {
+						t.Fatalf("dead letter error type %q, want *runner.PanicError", e)
+					}
+				}
+				if strings.HasPrefix(tc.name, "fenced") {
+					if n := m.sum(t, "tidemark.records.fenced"); n != 1 {
+						t.Fatalf("tidemark.records.fenced = %d, want 1", n)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestBatchSkipsAppliedRecords: records the partition's Applied filter
+// finds applied complete without reaching the handler.
+func TestBatchSkipsAppliedRecords(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		appendN(src, 0, 5)
+		var log batchLog
+		hook := func(ctx context.Context, as []runner.Assignment) ([]runner.Applied, error) {
+			return []runner.Applied{func(off int64) bool { return off == 1 || off == 3 }}, nil
+		}
+		m := newMeter()
+		r := newRunner(t, src, runner.HandleBatch(topic, func(ctx context.Context, recs []runner.Record) error {
+			log.add(ctx, recs)
+			return nil
+		}), runner.OnAssign(hook), runner.MeterProvider(m.provider), runner.Order(runner.PartitionOrder), runner.CommitInterval(2*time.Millisecond))
+		started(t, r)
+		assign(t, src, tp(0))
+		await(t, time.Second, "committed 5", committedAt(src, 0, 5))
+		if got, want := log.get(), []batchCall{{[]int64{0, 2, 4}, 1}}; !callsEqual(got, want) {
+			t.Fatalf("calls %v, want %v", got, want)
+		}
+		if n := m.sum(t, "tidemark.records.replay_skipped"); n != 2 {
+			t.Fatalf("tidemark.records.replay_skipped = %d, want 2", n)
+		}
+	})
 }
