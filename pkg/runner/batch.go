@@ -94,9 +94,11 @@ func BatchWait(d time.Duration) HandleOption {
 // batch before Index and failed at Index (of the slice it was given) with
 // Err: the records before Index complete, and the failure policy retries
 // the batch from Index, counting the attempts of the record at Index (as
-// Spring Kafka's BatchListenerFailedException does). Err's kind
-// (Permanent, Transient, ErrFenced, ErrOutcomeUnknown) decides as for a
-// single record. An Index out of the slice's range fails the whole batch.
+// Spring Kafka's BatchListenerFailedException does). The kind of the error
+// returned (Permanent or Transient, inside or around the BatchError;
+// ErrFenced, ErrOutcomeUnknown) decides as for a single record, and the
+// dead-letter headers name Err. An Index out of the slice's range fails
+// the whole batch.
 type BatchError struct {
 	Index int
 	Err   error

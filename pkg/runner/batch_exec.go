@@ -86,7 +86,11 @@ func (r *Runner) executeBatch(b *batch) {
 			span.RecordError(cause)
 			return
 		}
-		if errors.Is(cause, ErrFenced) {
+		// The error's marks and sentinels are looked for in all of it: a
+		// Permanent outside a *BatchError marks it as one inside does.
+		// Its cause, the failed record's own error, is what the log and
+		// the dead-letter headers name.
+		if errors.Is(err, ErrFenced) {
 			f := &failure{attempts: attempt, err: cause.Error()}
 			for _, t := range b.tasks[b.from:] {
 				t.fail.Store(f)
@@ -97,7 +101,7 @@ func (r *Runner) executeBatch(b *batch) {
 			span.RecordError(cause)
 			return
 		}
-		kind := r.classify(rt, rec, cause)
+		kind := r.classify(rt, rec, err)
 		now := time.Now()
 		if b.firstFail.IsZero() {
 			b.firstFail = now
@@ -114,7 +118,7 @@ func (r *Runner) executeBatch(b *batch) {
 		}
 		pol := rt.policy
 		// As in execute: an outcome unknown is never given up.
-		end := pol.kind != policyBlock && !errors.Is(cause, ErrOutcomeUnknown) &&
+		end := pol.kind != policyBlock && !errors.Is(err, ErrOutcomeUnknown) &&
 			(kind == PermanentKind || (kind == Retryable && counted >= pol.attempts))
 		if !end {
 			r.log.Warn("batch handler failed; retrying", "record", rec.String(), "records", n-b.from, "whole", whole, "attempt", attempt, "kind", kind.String(), "err", cause)

@@ -438,3 +438,50 @@ func TestBatchSkipsAppliedRecords(t *testing.T) {
 		}
 	})
 }
+
+// TestBatchErrorKeepsItsKind: a mark outside or inside the *BatchError
+// decides its kind alike: Permanent dead-letters the named record at
+// once, whose headers carry the record's own error.
+func TestBatchErrorKeepsItsKind(t *testing.T) {
+	for name, wrap := range map[string]func(i int) error{
+		"Permanent outside": func(i int) error { return runner.Permanent(&runner.BatchError{Index: i, Err: errPoison}) },
+		"Permanent inside":  func(i int) error { return &runner.BatchError{Index: i, Err: runner.Permanent(errPoison)} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				src := runnertest.New()
+				appendN(src, 0, 3)
+				var log batchLog
+				d := &dlq{allow: make(chan struct{})}
+				close(d.allow)
+				h := func(ctx context.Context, recs []runner.Record) error {
+					log.add(ctx, recs)
+					for i, r := range recs {
+						if r.Offset == 1 {
+							return wrap(i)
+						}
+					}
+					return nil
+				}
+				r := newRunner(t, src, runner.HandleBatch(topic, h, runner.WithPolicy(runner.DeadLetter("t.dlq", 5, d))),
+					runner.Order(runner.PartitionOrder), runner.Backoff(time.Millisecond, time.Millisecond), runner.CommitInterval(2*time.Millisecond))
+				started(t, r)
+				assign(t, src, tp(0))
+				await(t, time.Second, "committed past the batch", committedAt(src, 0, 3))
+				if got, want := log.get(), []batchCall{{[]int64{0, 1, 2}, 1}, {[]int64{2}, 1}}; !callsEqual(got, want) {
+					t.Fatalf("calls %v, want %v", got, want)
+				}
+				d.mu.Lock()
+				defer d.mu.Unlock()
+				if len(d.got) != 1 || d.got[0].Offset != 1 {
+					t.Fatalf("dead letters %v, want offset 1 alone", d.got)
+				}
+				for k, v := range map[string]string{runner.HeaderErrorKind: "permanent", runner.HeaderAttempts: "1", runner.HeaderErrorType: "*errors.errorString"} {
+					if hv, _ := d.got[0].Header(k); string(hv) != v {
+						t.Errorf("header %s = %q, want %q", k, hv, v)
+					}
+				}
+			})
+		})
+	}
+}
