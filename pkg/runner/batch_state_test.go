@@ -482,3 +482,51 @@ func batchAllocation(t *testing.T, n int) int64 {
 	}
 	return int64(after.TotalAlloc - before.TotalAlloc)
 }
+
+// TestBatchRevokeBudgetRunsOut: a batch still running when the revoke's
+// budget ends has its ctx cancelled; the final commit stops before it and
+// the revoke reports it unfinished.
+func TestBatchRevokeBudgetRunsOut(t *testing.T) {
+	h := newBatchHarness(t, []HandleOption{BatchSize(3)}, DrainBudget(10*time.Second))
+	tp := stp(0)
+	h.assign(0, tp)
+	h.finishBatch(batchesOf(t, h.fetchKeyed(tp, seq(0, 1), nil).work)[0]) // 0 done: the safe offset is 1
+	b := batchesOf(t, h.fetchKeyed(tp, seq(1, 3), nil).work)[0]
+	_, reply := h.revoke(time.Time{}, tp)
+	h.clock = h.clock.Add(10 * time.Second)
+	g := h.do(h.s.drainDue())
+	if want := []Offset{{TP: tp, Offset: 1}}; !slices.Equal(offsetsOf(g.commit), want) {
+		t.Fatalf("final commit %v, want %v", offsetsOf(g.commit), want)
+	}
+	err, _ := h.answer(g.commit, nil).revokeAnswered(reply)
+	var de *DrainError
+	if !errors.As(err, &de) || de.Unfinished[tp] != 1 {
+		t.Fatalf("Revoked returned %v, want a DrainError with %s unfinished at 1", err, tp)
+	}
+	if !errors.Is(b.ps.ctx.Err(), context.Canceled) {
+		t.Fatalf("the batch's ctx has %v after the budget, want Canceled", b.ps.ctx.Err())
+	}
+}
+
+// TestBatchOfAnOldEpochCommitsNothing: a batch of an assignment that was
+// lost returns after the partition was assigned again: it moves nothing of
+// the new assignment, whose own batch then commits.
+func TestBatchOfAnOldEpochCommitsNothing(t *testing.T) {
+	h := newBatchHarness(t, []HandleOption{BatchSize(3)})
+	tp := stp(0)
+	h.assign(0, tp)
+	old := batchesOf(t, h.fetchKeyed(tp, seq(0, 3), nil).work)[0]
+	h.lost(tp)
+	h.assign(0, tp)
+	cur := batchesOf(t, h.fetchKeyed(tp, seq(0, 3), nil).work)[0]
+	if g := h.finishBatch(old); g.commit != nil {
+		t.Fatalf("the old batch committed %v", g.commit.offsets)
+	}
+	if c := h.tick().commit; c != nil {
+		t.Fatalf("after the old batch returned, tick committed %v", c.offsets)
+	}
+	h.finishBatch(cur)
+	if want := []Offset{{TP: tp, Offset: 3}}; !slices.Equal(offsetsOf(h.tick().commit), want) {
+		t.Fatalf("want commit %v from the new assignment's batch", want)
+	}
+}
