@@ -121,7 +121,7 @@ func (s *pollState) armLinger(due time.Time) {
 // lingerDue moves the lingering partitions whose first ready record has
 // waited BatchWait to the queue of due batches, and sets the timer for the
 // next.
-func (s *pollState) lingerDue() *actions {
+func (s *pollState) lingerDue() {
 	s.lingerAt = time.Time{}
 	now := s.now()
 	var next time.Time
@@ -148,7 +148,6 @@ func (s *pollState) lingerDue() *actions {
 	if !next.IsZero() {
 		s.armLinger(next)
 	}
-	return &s.acts
 }
 
 // dispatchMixed is dispatch for a runner with batch routes: it takes

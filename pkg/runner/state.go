@@ -145,7 +145,10 @@ func (s *pollState) drainDue() *actions {
 
 // lingerFired checks the batches waiting to fill once the time of
 // actions.lingerAt came.
-func (s *pollState) lingerFired() *actions { return s.lingerDue() }
+func (s *pollState) lingerFired() *actions {
+	s.lingerDue()
+	return &s.acts
+}
 
 // stop begins a graceful stop (beginStop); a second stop changes nothing.
 func (s *pollState) stop(deadline, commitBy time.Time, untilCtx bool) *actions {
