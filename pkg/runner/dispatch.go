@@ -21,6 +21,10 @@ func (s *pollState) deliver(b *Batch) {
 		// rather than skip silently.
 		rt = s.cfg.unrouted
 	}
+	batched := rt.batch != nil
+	if batched && ps.batch == nil {
+		ps.batch = &partBatch{route: rt}
+	}
 	now := s.now()
 	for i := range b.Records {
 		rec := &b.Records[i]
@@ -32,7 +36,7 @@ func (s *pollState) deliver(b *Batch) {
 			continue
 		}
 		t := s.newTask()
-		t.size = copyRecord(&t.rec, rec) + s.overhead
+		t.size = copyRecord(&t.rec, rec) + s.overhead + rt.extra
 		t.route = rt
 		t.ps = ps
 		t.epoch = ps.epoch
@@ -43,7 +47,14 @@ func (s *pollState) deliver(b *Batch) {
 		s.totalCount++
 		s.totalBytes += t.size
 		s.countPeak = max(s.countPeak, s.totalCount)
-		s.enqueue(ps, t)
+		if batched {
+			s.enqueueBatch(ps, t)
+		} else {
+			s.enqueue(ps, t)
+		}
+	}
+	if batched {
+		s.batchCheck(ps)
 	}
 	s.setRing(ps)
 	if b.HighWatermark > ps.hwm {
@@ -93,6 +104,10 @@ func (s *pollState) enqueue(ps *partState, t *task) {
 // dispatch moves ready tasks to the actions' work, for the workers' queue,
 // while fewer than Concurrency tasks are queued or running.
 func (s *pollState) dispatch() {
+	if s.cfg.batched {
+		s.dispatchMixed()
+		return
+	}
 	var head, tail *task
 	n := 0
 	for s.inflight < s.cfg.concurrency {
@@ -124,7 +139,11 @@ func (s *pollState) dispatch() {
 func (s *pollState) onFinished(t *task) {
 	for t != nil {
 		next := t.nextQ
-		s.onDone(t)
+		if t.batch != nil {
+			s.onBatchDone(t.batch)
+		} else {
+			s.onDone(t)
+		}
 		t = next
 	}
 }

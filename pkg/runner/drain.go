@@ -50,6 +50,7 @@ func (s *pollState) stopDispatch(ps *partState) {
 		}
 		t = next
 	}
+	s.dropBatchReady(ps)
 	s.fitIdle()
 	if ps.paused {
 		ps.paused = false

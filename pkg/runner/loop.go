@@ -11,6 +11,7 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 	defer ticker.Stop()
 	r.drainTimer = time.NewTimer(time.Hour)
 	r.drainTimer.Stop()
+	defer r.lingerTimer.Stop()
 	ctxDone := ctx.Done()
 	var stopCtxDone <-chan struct{}
 	for !r.poll.finished {
@@ -27,6 +28,8 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 			a = r.poll.ticked()
 		case <-r.drainTimer.C:
 			a = r.poll.drainDue()
+		case <-r.lingerTimer.C:
+			a = r.poll.lingerFired()
 		case s := <-r.stopCh:
 			stopCtxDone = s.ctxDone
 			a = r.poll.stop(s.drainDeadline, s.deadline, s.ctxDone != nil)
@@ -86,6 +89,9 @@ func (r *Runner) carryOut(a *actions) {
 	a.answer.send()
 	if !a.drainAt.IsZero() {
 		r.drainTimer.Reset(time.Until(a.drainAt))
+	}
+	if !a.lingerAt.IsZero() {
+		r.lingerTimer.Reset(time.Until(a.lingerAt))
 	}
 	a.reset()
 }

@@ -416,6 +416,9 @@ func (s *pollState) claimed() int64 { return s.charged() + s.ringReal }
 func (c *config) globalLimits() (pauseAt, handover int64) {
 	share := int64(float64(c.maxBytes) * SourceShare)
 	perRecord := RecordOverhead(c.ordering) + 8 + headerSize + 2*watermark.SlotSize
+	if c.batched {
+		perRecord += batchRecordOverhead
+	}
 	handover = share + share/4 + int64(c.highRecords-c.lowRecords)*perRecord
 	return c.maxBytes - share - handover, handover
 }

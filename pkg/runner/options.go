@@ -102,7 +102,8 @@ type config struct {
 	assignHook     AssignHook
 	minRecordBytes int
 	maxCompression float64
-	window         int // 0: 2 * highRecords
+	window         int  // 0: 2 * highRecords
+	batched        bool // a topic is registered with HandleBatch (set by resolve)
 }
 
 // Option configures a Runner.

@@ -82,7 +82,10 @@ func Chain(h Handler, mw ...Middleware) Handler {
 }
 
 // BatchHandler processes a batch of records of one partition, registered
-// with HandleBatch: each key's records in offset order. A nil error
-// completes every record of the batch; an error (or a panic) fails the
-// whole batch, which the failure policy handles as one.
+// with HandleBatch, in offset order. A nil error completes every record of
+// the batch; a *BatchError completes the records before its Index and
+// fails the batch from there; any other error (or a panic) fails the whole
+// batch, which the failure policy handles as one (see HandleBatch). ctx is
+// cancelled as a Handler's is. The handler may keep the Records; the slice
+// is the runner's, valid only until it returns.
 type BatchHandler func(ctx context.Context, recs []Record) error

@@ -27,6 +27,16 @@ type route struct {
 	timeoutCause   *timeoutCause // the cause of its attempts' deadlines
 	classify       Classifier
 	dlw            DeadLetterWriter // the DeadLetter policy's writer, or the source
+
+	// A HandleBatch route's (batch.go); batch is nil for Handle's.
+	batch        BatchHandler
+	batchSize    int
+	batchWait    time.Duration
+	batchSizeSet bool
+	batchWaitSet bool
+	// extra is what each of its records is charged on top of
+	// RecordOverhead: batchRecordOverhead for a batch route, else 0.
+	extra int64
 }
 
 // HandleOption configures one topic registered with Handle, overriding the
@@ -100,11 +110,23 @@ func (c *config) resolve(rt *route) error {
 		rt.classify = c.classify
 	}
 	rt.timeoutCause = &timeoutCause{d: rt.timeout}
+	if rt.batch != nil {
+		c.batched = true
+		rt.extra = batchRecordOverhead
+	}
 	switch p := rt.policy; {
 	case rt.backoffInitial <= 0 || rt.backoffMax < rt.backoffInitial:
 		return bad("WithBackoff", "need 0 < initial <= max, got %v and %v", rt.backoffInitial, rt.backoffMax)
 	case rt.timeout < 0:
 		return bad("WithTimeout", "%v is negative", rt.timeout)
+	case rt.batch == nil && rt.batchSizeSet:
+		return bad("BatchSize", "is an option of HandleBatch, not Handle")
+	case rt.batch == nil && rt.batchWaitSet:
+		return bad("BatchWait", "is an option of HandleBatch, not Handle")
+	case rt.batch != nil && (rt.batchSize < 1 || rt.batchSize > c.highRecords):
+		return bad("BatchSize", "need 1 <= n <= the high water mark %d (a partition never holds more records), got %d", c.highRecords, rt.batchSize)
+	case rt.batch != nil && rt.batchWait < 0:
+		return bad("BatchWait", "%v is negative", rt.batchWait)
 	case !rt.policySet:
 		// The runner-wide policy is checked as Failure.
 	case p.kind != policyBlock && p.attempts < 1:
@@ -163,3 +185,4 @@ func (c *config) routes() []*route {
 	slices.SortFunc(rts, func(a, b *route) int { return strings.Compare(a.topic, b.topic) })
 	return rts
 }
+

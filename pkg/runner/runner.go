@@ -46,6 +46,8 @@ type Runner struct {
 	// drainTimer fires at the next drain deadline (actions.drainAt). It
 	// is the poll goroutine's own, as what follows.
 	drainTimer *time.Timer
+	// lingerTimer fires when a batch falls due (actions.lingerAt).
+	lingerTimer *time.Timer
 
 	poll pollState // touched by the poll goroutine alone
 }
@@ -85,6 +87,8 @@ func New(src Source, opts ...Option) (*Runner, error) {
 		r.group = g.Group()
 	}
 	r.workq.cond.L = &r.workq.mu
+	r.lingerTimer = time.NewTimer(time.Hour)
+	r.lingerTimer.Stop()
 	if err := cfg.deadLetterWriters(src); err != nil {
 		return nil, err
 	}

@@ -87,6 +87,8 @@ func (c *config) settledOptions(src Source) error {
 		return refuse("Window", "there is no committed offset for a window to hold back")
 	case c.assignHook != nil:
 		return refuse("OnAssign", "there are no assignments, no partition owner and no lease")
+	case c.batchTopic() != "":
+		return refuse("HandleBatch("+strconv.Quote(c.batchTopic())+")", batchRefusal)
 	}
 	c.ordering = Unordered
 	return nil

@@ -36,7 +36,8 @@ type pollState struct {
 	table        *rebalance.Table
 	parts        map[TP]*partState
 	ready        queue
-	inflight     int   // tasks queued for or running on workers
+	inflight     int   // records queued for or running on workers
+	batchExtra   int   // of them, batch records beyond each batch's first: inflight-batchExtra handler calls
 	totalBytes   int64 // what buffered and in-flight records are charged (memory.go)
 	ringBytes    int64 // what owned partitions' tracker rings are charged (setRing)
 	ringReal     int64 // what owned partitions' tracker rings take (claimed)
@@ -72,6 +73,15 @@ type pollState struct {
 	idleNewest, idleOldest *lane
 	idleN                  int
 	countPeak, countPrev   int
+
+	// Batch routes (batch_state.go): the partitions whose batch is due, in
+	// the order they fell due; those whose ready records wait for their
+	// batch to fill, and when the linger timer fires next (zero: it is
+	// not set); whose turn dispatchMixed takes next.
+	batchDue  []*partState
+	lingering []*partState
+	lingerAt  time.Time
+	batchTurn bool
 }
 
 // newPollState returns the state of a Runner with configuration cfg, which
@@ -133,6 +143,13 @@ func (s *pollState) drainDue() *actions {
 	return &s.acts
 }
 
+// lingerFired checks the batches waiting to fill once the time of
+// actions.lingerAt came.
+func (s *pollState) lingerFired() *actions {
+	s.lingerDue()
+	return &s.acts
+}
+
 // stop begins a graceful stop (beginStop); a second stop changes nothing.
 func (s *pollState) stop(deadline, commitBy time.Time, untilCtx bool) *actions {
 	s.beginStop(deadline, commitBy, untilCtx)
@@ -177,6 +194,9 @@ type actions struct {
 	answer reply
 	// drainAt is when a drain's time runs out next (zero: no change).
 	drainAt time.Time
+	// lingerAt is when a partition's batch falls due next (zero: no
+	// change).
+	lingerAt time.Time
 }
 
 // reply is the answer to one Sink call: rep on to, or rep.err on toErr
@@ -224,6 +244,9 @@ func (a *actions) reset() {
 	}
 	if !a.drainAt.IsZero() {
 		a.drainAt = time.Time{}
+	}
+	if !a.lingerAt.IsZero() {
+		a.lingerAt = time.Time{}
 	}
 }
 

@@ -34,6 +34,10 @@ type task struct {
 	// poll goroutine reads it for the oldest-unfinished stats).
 	fail atomic.Pointer[failure]
 
+	// batch is set on the first task of a batch (batch.go), which stands
+	// for the batch in the work and done queues.
+	batch *batch
+
 	started bool // dispatched to a worker
 	dropped bool // removed by a revoke, lost or shutdown before it started
 
@@ -108,6 +112,7 @@ type lane struct {
 	key     uint64 // the key's hash (KeyOrder)
 	busy    bool   // a task of the lane is ready or in flight, or the lane is held
 	held    bool   // held by a fenced record until the partition's assignment ends
+	flying  bool   // a batch holding its records is in flight, or it is held (batch_state.go)
 	waiting queue
 
 	// A KeyOrder lane that is not busy stays in its partition's map, a
@@ -161,6 +166,8 @@ type partState struct {
 	fencedErr string
 
 	oldest, newest *task // outstanding list
+
+	batch *partBatch // a batch route's (batch_state.go), made at its first records
 }
 
 func (ps *partState) link(t *task) {

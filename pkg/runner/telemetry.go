@@ -30,6 +30,7 @@ type telemetry struct {
 	replaySkipped, fenced       metric.Int64Counter
 	redelivered                 metric.Int64Counter
 	deliveries                  metric.Int64Histogram
+	batchSize                   metric.Int64Histogram
 	duration, commitLatency     metric.Float64Histogram
 	topicAttrs                  map[string]topicOpts
 	reg                         metric.Registration
@@ -89,6 +90,12 @@ func newTelemetry(mp metric.MeterProvider, r *Runner) (*telemetry, error) {
 		return nil, err
 	}
 	t.commitLatency, err = m.Float64Histogram("tidemark.commit.duration", metric.WithUnit("s"), metric.WithDescription("Commit request latency."))
+	if err != nil {
+		return nil, err
+	}
+	t.batchSize, err = m.Int64Histogram("tidemark.batch.size", metric.WithUnit("{record}"),
+		metric.WithDescription("Records in each batch handed to a batch handler (HandleBatch)."),
+		metric.WithExplicitBucketBoundaries(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,11 @@ func (r *Runner) worker() {
 			// since the task was queued: leave the record to the next
 			// owner rather than lengthen the drain.
 			t.res = resCancelled
+			if b := t.batch; b != nil {
+				b.finish(resCancelled)
+			}
+		case t.batch != nil:
+			r.executeBatch(t.batch)
 		default:
 			r.execute(t)
 		}
