@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -178,13 +177,13 @@ func (r *Runner) batchAttempt(b *batch) (err error) {
 		}
 	}
 	where = "handler"
-	var ctx context.Context = &b.actx
-	if d := b.route.timeout; d > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
+	rt := b.route
+	if rt.timeout <= 0 {
+		return rt.batch(&b.actx, b.recs[b.from:])
 	}
-	return b.route.batch(ctx, b.recs[b.from:])
+	ctx, cancel := rt.deadline(&b.actx)
+	defer cancel()
+	return rt.timedOut(ctx, &b.tasks[b.from].rec, rt.batch(ctx, b.recs[b.from:]))
 }
 
 // skipApplied completes the records of b's part that f finds applied: they

@@ -152,14 +152,9 @@ func (r *Runner) attempt(ctx context.Context, t *task) (applied bool, err error)
 	if rt.timeout <= 0 {
 		return false, rt.handler(ctx, t.rec)
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, rt.timeout, rt.timeoutCause)
+	ctx, cancel := rt.deadline(ctx)
 	defer cancel()
-	err = rt.handler(ctx, t.rec)
-	if err != nil && context.Cause(ctx) == error(rt.timeoutCause) {
-		// This attempt's deadline ended it: say so, as Timeout does.
-		err = &TimeoutError{Record: t.rec.String(), Timeout: rt.timeout, Err: err}
-	}
-	return false, err
+	return false, rt.timedOut(ctx, &t.rec, rt.handler(ctx, t.rec))
 }
 
 // sleep waits rt's backoff before attempt+1; false if ctx ended first.

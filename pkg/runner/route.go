@@ -186,3 +186,18 @@ func (c *config) routes() []*route {
 	return rts
 }
 
+// deadline returns ctx with the route's per-attempt timeout (which must be
+// set), its deadline's cause the route's own.
+func (rt *route) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, rt.timeout, rt.timeoutCause)
+}
+
+// timedOut returns err as a *TimeoutError naming rec when the route's
+// deadline on ctx (see deadline) is what ended the attempt, as the Timeout
+// middleware does; err itself otherwise.
+func (rt *route) timedOut(ctx context.Context, rec *Record, err error) error {
+	if err != nil && context.Cause(ctx) == error(rt.timeoutCause) {
+		return &TimeoutError{Record: rec.String(), Timeout: rt.timeout, Err: err}
+	}
+	return err
+}
