@@ -485,3 +485,33 @@ func TestBatchErrorKeepsItsKind(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchTimeoutSaysSo: a batch that runs past its topic's WithTimeout
+// fails with a *TimeoutError, as a record does, and its dead letters say so.
+func TestBatchTimeoutSaysSo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		appendN(src, 0, 2)
+		d := &dlq{allow: make(chan struct{})}
+		close(d.allow)
+		h := func(ctx context.Context, recs []runner.Record) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		r := newRunner(t, src, runner.HandleBatch(topic, h, runner.WithPolicy(runner.DeadLetter("t.dlq", 1, d)),
+			runner.WithTimeout(time.Second)), runner.CommitInterval(2*time.Millisecond))
+		started(t, r)
+		assign(t, src, tp(0))
+		await(t, time.Minute, "committed past the dead letters", committedAt(src, 0, 2))
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for i, dl := range d.got {
+			if typ, _ := dl.Header(runner.HeaderErrorType); string(typ) != "*runner.TimeoutError" {
+				t.Errorf("dead letter %d: %s = %q, want *runner.TimeoutError", i, runner.HeaderErrorType, typ)
+			}
+		}
+		if len(d.got) != 2 {
+			t.Fatalf("%d dead letters, want 2", len(d.got))
+		}
+	})
+}
