@@ -35,15 +35,8 @@ func (e *PanicError) Error() string {
 func (r *Runner) execute(t *task) {
 	ctx := t.ps.ctx
 	rec := &t.rec
-	ctx, span := r.tracer.start(ctx, rec)
-	defer span.End()
-	// The clock is read only when a meter provider records the duration:
-	// two clock reads are a tenth of a no-op record's cost.
-	var start time.Time
-	timed := r.tel.duration.Enabled(ctx)
-	if timed {
-		start = time.Now()
-	}
+	ctx, pr := r.tel.begin(ctx, t)
+	defer pr.end(ctx)
 	for attempt := 1; ; attempt++ {
 		t.attempts = attempt
 		applied, err := r.attempt(ctx, t)
@@ -51,32 +44,30 @@ func (r *Runner) execute(t *task) {
 			// Applied before (a replay after a restart or a handoff):
 			// complete it without running the handler again.
 			t.res = resHandled
-			r.tel.replaySkipped.Add(ctx, 1)
+			pr.replaySkip(ctx)
 			return
 		}
 		if err == nil {
 			t.res = resHandled
-			r.tel.handled(ctx, rec.Topic, timed, start)
+			pr.handled(ctx)
 			return
 		}
 		if ctx.Err() != nil {
 			// The partition was lost, or the runner is closing: the record
 			// stays incomplete and is replayed by whoever owns it next.
 			t.res = resCancelled
-			span.RecordError(err)
+			pr.cancelled(err)
 			return
 		}
 		if errors.Is(err, ErrFenced) {
 			t.fail.Store(&failure{attempts: attempt, err: err.Error()})
 			r.log.Warn("handler fenced by a newer owner; leaving the record to it", "record", rec.String(), "err", err)
-			r.tel.fenced.Add(ctx, 1)
+			pr.fence(ctx, err)
 			t.res = resFenced
-			span.RecordError(err)
 			return
 		}
-		r.tel.failed(ctx, rec.Topic)
+		pr.failed(ctx, err)
 		t.fail.Store(&failure{attempts: attempt, err: err.Error()})
-		span.RecordError(err)
 		pol := r.cfg.policy
 		// An attempt whose outcome is unknown may have been applied:
 		// skipping or dead-lettering it could report an applied record as
@@ -84,7 +75,7 @@ func (r *Runner) execute(t *task) {
 		if pol.kind != policyBlock && attempt >= pol.attempts && !errors.Is(err, ErrOutcomeUnknown) {
 			if pol.kind == policySkip {
 				r.log.Error("record skipped after its last attempt", "record", rec.String(), "attempts", attempt, "err", err)
-				r.tel.skipped.Add(ctx, 1)
+				pr.skip(ctx)
 				t.res = resSkipped
 				return
 			}
@@ -100,7 +91,7 @@ func (r *Runner) execute(t *task) {
 			t.res = resCancelled
 			return
 		}
-		r.tel.retried.Add(ctx, 1)
+		pr.retry(ctx)
 	}
 }
 
@@ -165,7 +156,7 @@ func (r *Runner) deadLetter(ctx context.Context, t *task, cause error) bool {
 		err := r.writeDeadLetter(ctx, rec)
 		if err == nil {
 			r.log.Error("record dead-lettered", "record", t.rec.String(), "topic", r.cfg.policy.topic, "attempts", t.attempts, "err", cause)
-			r.tel.deadLettered.Add(ctx, 1)
+			r.tel.deadLetter(ctx, t)
 			return true
 		}
 		if ctx.Err() != nil {

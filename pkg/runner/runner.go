@@ -17,12 +17,14 @@ import (
 // it with Run, stop it with Shutdown (graceful) or Close (immediate). A
 // Runner runs once; a stopped Runner cannot be reused.
 type Runner struct {
-	cfg    config
-	src    Source
-	dlw    DeadLetterWriter
-	log    *slog.Logger
-	tel    *telemetry
-	tracer tracer
+	cfg config
+	src Source
+	dlw DeadLetterWriter
+	log *slog.Logger
+	tel *telemetry
+	// group is the source's consumer group (Grouped), read once in New;
+	// "" for a source without one.
+	group string
 
 	// settler is src when it settles records one by one (settle.go).
 	settler Settler
@@ -81,6 +83,9 @@ func New(src Source, opts ...Option) (*Runner, error) {
 		runDone:   make(chan struct{}),
 	}
 	r.settler, _ = src.(Settler)
+	if g, ok := src.(Grouped); ok {
+		r.group = g.Group()
+	}
 	r.workq.cond.L = &r.workq.mu
 	if cfg.policy.kind == policyDeadLetter {
 		r.dlw = cfg.policy.writer
@@ -104,7 +109,6 @@ func New(src Source, opts ...Option) (*Runner, error) {
 	r.tel = tel
 	r.poll = newPollState(&r.cfg, r.log, tel)
 	r.poll.settled = r.settler != nil
-	r.tracer = newTracer(cfg.tracerProvider)
 	return r, nil
 }
 
