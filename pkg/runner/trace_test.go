@@ -307,6 +307,10 @@ func isolated(t *testing.T, body func(t *testing.T)) {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), isolatedEnv+"="+t.Name())
+	if _, set := os.LookupEnv("GORACE"); !set {
+		// The race detector's exit waits a second by default.
+		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=0")
+	}
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
