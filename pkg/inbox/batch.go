@@ -318,7 +318,7 @@ func (b *batcher) run(ctx context.Context, batch []*item, l lease) {
 	tp := batch[0].rec.TP()
 	sc, err := s.resolve(ctx)
 	for retakes := 0; err == nil; retakes++ {
-		err = s.retry(ctx, func() error {
+		err = s.retry(ctx, tp.Topic, func() error {
 			for _, it := range batch {
 				it.err, it.applied, it.replay = nil, false, false
 			}
@@ -331,7 +331,7 @@ func (b *batcher) run(ctx context.Context, batch []*item, l lease) {
 		if !errors.As(err, &fe) {
 			break
 		}
-		s.countFenced(ctx) // every refused attempt, also one retaken after
+		s.countFenced(ctx, tp.Topic) // every refused attempt, also one retaken after
 		if retakes == maxRetakes {
 			break
 		}
@@ -360,10 +360,10 @@ func (b *batcher) run(ctx context.Context, batch []*item, l lease) {
 				replays++
 			}
 		}
-		s.countApplied(ctx, applied)
-		s.countReplays(ctx, replays)
+		s.countApplied(ctx, tp.Topic, applied)
+		s.countReplays(ctx, tp.Topic, replays)
 		if s.cfg.batch > 1 {
-			s.countBatch(ctx, len(batch))
+			s.countBatch(ctx, tp.Topic, len(batch))
 		}
 		return
 	}

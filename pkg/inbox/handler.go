@@ -99,14 +99,15 @@ func keyDigest(key *string) []byte {
 }
 
 // retry runs attempt until it returns something other than a serialization
-// failure or deadlock, at most Retries times.
-func (s *Store) retry(ctx context.Context, attempt func() error) error {
+// failure or deadlock, at most Retries times, counting each retry for
+// topic.
+func (s *Store) retry(ctx context.Context, topic string, attempt func() error) error {
 	for i := 1; ; i++ {
 		err := attempt()
 		if err == nil || !retryable(err) || i >= s.cfg.retries {
 			return err
 		}
-		s.countRetry(ctx)
+		s.countRetry(ctx, topic)
 		s.log.Debug("inbox transaction retried", "attempt", i, "err", err)
 		if !sleep(ctx, retryBackoff(i)) {
 			return ctx.Err()

@@ -241,7 +241,7 @@ func (s *Store) settled(ctx context.Context, rec *runner.Record) (done bool, err
 	switch s.verdict(ctx, sc, xid, []*runner.Record{rec}) {
 	case xactCommitted:
 		s.doubts.remove(rec)
-		s.countApplied(ctx, 1)
+		s.countApplied(ctx, rec.Topic, 1)
 		return true, nil
 	case xactAborted:
 		s.doubts.remove(rec)

@@ -145,7 +145,7 @@ func (s *Store) take(ctx context.Context, sc *schema, as []runner.Assignment) ([
 	for i, a := range as {
 		t := got[a.TP]
 		set := newOffsetSet(t.offs)
-		s.countLease(ctx, len(t.offs))
+		s.countLease(ctx, a.TP.Topic, len(t.offs))
 		s.log.Info("partition lease taken", "partition", a.TP.String(), "epoch", t.epoch, "start", a.Start,
 			"applied_loaded", len(t.offs), "applied_runs", set.runs(), "applied_below", t.below, "took", time.Since(start))
 		out[i] = s.filter(a.TP, set, len(t.offs), t.below)

@@ -162,7 +162,7 @@ func (s *Store) retakeOnce(ctx context.Context, sc *schema, tp runner.TP, held l
 		return 0, false, connError("taking back the lease of "+tp.String(), err)
 	}
 	s.setLeaseIfNewer(tp, lease{epoch: epoch, member: held.member})
-	s.countRetaken(ctx)
+	s.countRetaken(ctx, tp.Topic)
 	s.log.Warn("inbox: took back the lease of a partition the group coordinator says this member owns; a late bump from an ended assignment had taken it",
 		"partition", tp.String(), "member", held.member, "from_epoch", current, "epoch", epoch)
 	return epoch, true, nil

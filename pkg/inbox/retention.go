@@ -57,7 +57,7 @@ func (s *Store) prune(ctx context.Context, sc *schema, tp runner.TP, committed i
 		return 0, nil
 	}
 	var total int64
-	defer func() { s.countPruned(ctx, total) }()
+	defer func() { s.countPruned(ctx, tp.Topic, total) }()
 	for {
 		var deleted, scanned, mark int64
 		err := s.pool.QueryRow(ctx, sc.sql.prune, s.group, tp.Topic, tp.Partition, bound,

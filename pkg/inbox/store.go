@@ -83,7 +83,7 @@ func New(pool *pgxpool.Pool, group string, opts ...Option) (*Store, error) {
 	if cfg.schema != "" {
 		s.schema.Store(newSchema(cfg.schema))
 	}
-	tel, err := newTelemetry(cfg.meterProvider, cfg.batch > 1)
+	tel, err := newTelemetry(cfg.meterProvider, group, cfg.batch > 1)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: telemetry: %w", err)
 	}

@@ -32,13 +32,8 @@ func (b *batch) finish(res result) {
 // records after it.
 func (r *Runner) executeBatch(b *batch) {
 	rt := b.route
-	ctx, span := r.tracer.start(b.ps.ctx, &b.tasks[0].rec)
-	defer span.End()
-	var start time.Time
-	timed := r.tel.duration.Enabled(ctx)
-	if timed {
-		start = time.Now()
-	}
+	ctx, pr := r.tel.beginBatch(b.ps.ctx, b)
+	defer pr.end(ctx)
 	b.actx.Context = ctx
 	n := len(b.tasks)
 	attempt, counted := 0, 0
@@ -49,8 +44,8 @@ func (r *Runner) executeBatch(b *batch) {
 		if err == nil {
 			for _, t := range b.tasks[b.from:] {
 				t.res = resHandled
-				r.tel.handled(ctx, rt.topic, timed, start)
 			}
+			pr.handled(ctx, n-b.from)
 			b.from = n
 			return
 		}
@@ -69,8 +64,8 @@ func (r *Runner) executeBatch(b *batch) {
 					// again, at this failed attempt, for the record it names.
 					for _, t := range b.tasks[b.from : b.from+be.Index] {
 						t.res = resHandled
-						r.tel.handled(ctx, rt.topic, timed, start)
 					}
+					pr.handled(ctx, be.Index)
 					b.from += be.Index
 					attempt, counted = 1, 0
 					b.firstFail = time.Time{}
@@ -82,7 +77,7 @@ func (r *Runner) executeBatch(b *batch) {
 		if ctx.Err() != nil {
 			// Lost, or the runner is closing: the rest stays incomplete.
 			b.finish(resCancelled)
-			span.RecordError(cause)
+			pr.cancelled(cause)
 			return
 		}
 		// The error's marks and sentinels are looked for in all of it: a
@@ -95,9 +90,8 @@ func (r *Runner) executeBatch(b *batch) {
 				t.fail.Store(f)
 			}
 			r.log.Warn("batch handler fenced by a newer owner; leaving the records to it", "record", rec.String(), "records", n-b.from, "err", cause)
-			r.tel.fenced.Add(ctx, 1)
+			pr.fence(ctx, cause, n-b.from)
 			b.finish(resFenced)
-			span.RecordError(cause)
 			return
 		}
 		kind := r.classify(rt, rec, err)
@@ -106,12 +100,11 @@ func (r *Runner) executeBatch(b *batch) {
 			b.firstFail = now
 		}
 		b.lastFail = now
-		r.tel.failed(ctx, rt.topic)
+		pr.failed(ctx, cause, n-b.from)
 		f := &failure{attempts: attempt, err: cause.Error(), kind: kind}
 		for _, t := range b.tasks[b.from:] {
 			t.fail.Store(f)
 		}
-		span.RecordError(cause)
 		if kind != TransientKind {
 			counted++
 		}
@@ -125,7 +118,7 @@ func (r *Runner) executeBatch(b *batch) {
 				b.finish(resCancelled)
 				return
 			}
-			r.tel.retried.Add(ctx, 1)
+			pr.retry(ctx, n-b.from)
 			continue
 		}
 		// The policy's end for the record the BatchError named, or for
@@ -140,7 +133,7 @@ func (r *Runner) executeBatch(b *batch) {
 			t.attempts, t.firstFail, t.lastFail = attempt, b.firstFail, b.lastFail
 			if pol.kind == policySkip {
 				r.log.Error("record skipped after its last attempt", "record", t.rec.String(), "attempts", attempt, "kind", kind.String(), "err", cause)
-				r.tel.skipped.Add(ctx, 1)
+				pr.skip(ctx)
 				t.res = resSkipped
 				continue
 			}

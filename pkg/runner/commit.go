@@ -55,9 +55,8 @@ func (s *pollState) onCommitted(c *commitReq) {
 		s.acts.replies = append(s.acts.replies, reply{to: ch})
 	}
 	s.afterCommit = s.afterCommit[:0]
-	s.tel.commitLatency.Record(context.Background(), c.took.Seconds())
+	s.tel.committed(c.took, c.commits, c.err, s.parts)
 	if c.err != nil {
-		s.tel.commitFailures.Add(context.Background(), 1)
 		if len(c.drains) > 0 {
 			s.log.Error("final commit failed; the records after the last acknowledged offsets will be delivered again", "err", c.err, "partitions", len(c.commits))
 		} else {

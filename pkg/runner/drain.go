@@ -19,6 +19,7 @@ type drain struct {
 	// too, and ctxEnded once that ctx ended (shutdownEnded).
 	untilCtx, ctxEnded bool
 	reply              chan error // nil for a shutdown
+	began              time.Time  // when the revoke was reported (tidemark.revoke.duration)
 	stop               bool
 	ready              bool // drained or out of time: waiting for its final commit
 }
@@ -188,6 +189,10 @@ func (s *pollState) finalCommit() {
 func (s *pollState) finishDrains(ds []*drain, commitErr error) {
 	for _, d := range ds {
 		unfinished := map[TP]int64{}
+		var took time.Duration
+		if !d.stop {
+			took = s.now().Sub(d.began)
+		}
 		for _, ps := range d.parts {
 			if ps.closed {
 				continue // lost, or assigned anew, while draining
@@ -195,6 +200,9 @@ func (s *pollState) finishDrains(ds []*drain, commitErr error) {
 			tp := ps.tp
 			if ps.inflight > 0 {
 				unfinished[tp] = s.firstUnfinished(ps)
+			}
+			if !d.stop {
+				s.tel.revoked(ps, took)
 			}
 			final, _ := s.table.Revoke(tp)
 			ps.closed = true

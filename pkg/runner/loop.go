@@ -151,7 +151,7 @@ func (s *pollState) onSink(req *sinkReq) {
 		if !req.deadline.IsZero() && req.deadline.Before(deadline) {
 			deadline = req.deadline
 		}
-		d := &drain{deadline: deadline, reply: req.replyErr}
+		d := &drain{deadline: deadline, reply: req.replyErr, began: s.now()}
 		for _, tp := range req.tps {
 			// A partition already draining (a shutdown) joins this drain
 			// too, so the source waits for its final commit.
@@ -166,7 +166,7 @@ func (s *pollState) onSink(req *sinkReq) {
 			s.acts.replies = append(s.acts.replies, reply{toErr: req.replyErr})
 			return
 		}
-		s.tel.revokes.Add(context.Background(), 1)
+		s.tel.revoke()
 		s.drains = append(s.drains, d)
 		s.checkDrains()
 	}
@@ -185,7 +185,7 @@ func (s *pollState) assign(a Assignment, applied Applied) (replaced bool) {
 	p := s.table.Assign(a.TP, a.Start)
 	ctx, cancel := context.WithCancel(s.handlerCtx)
 	ps := &partState{p: p, epoch: p.Epoch(), tp: a.TP, ctx: ctx, cancel: cancel, pendingPos: -1, hwm: -1, applied: applied,
-		band: -1, fencedOff: -1}
+		band: -1, fencedOff: -1, tel: s.tel.partition(a.TP)}
 	switch s.cfg.ordering {
 	case KeyOrder:
 		ps.lanes = map[uint64]*lane{}
@@ -212,7 +212,7 @@ func (s *pollState) lose(tp TP) {
 	ps.cancel()
 	s.release(ps)
 	delete(s.parts, tp)
-	s.tel.lost.Add(context.Background(), 1)
+	s.tel.partitionLost(ps)
 	s.log.Warn("partition lost; nothing will be committed for it", "partition", tp.String(), "epoch", uint64(ps.epoch), "in_flight", ps.inflight)
 	// Its bytes left the total: the global cap may lift. Drains waiting on
 	// it are checked by the caller, once every partition of the report is

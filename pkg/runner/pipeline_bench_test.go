@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/tidemark/tidemark/pkg/runner"
 )
 
@@ -20,7 +22,10 @@ import (
 // numbers are bimodal in key order (about 200 or about 600 ns/op on the
 // 2-core test machine): once a backlog up to the high water marks builds,
 // the 120,000 buffered tasks no longer fit in the caches, and every lane
-// hand-off misses. Compare runs with -count, not single ones.
+// hand-off misses. Compare runs with -count, not single ones. Telemetry
+// is off (no provider installed): the docs/performance.md promise of no
+// allocation per record for it is measured here and in
+// TestRecordTelemetryAllocatesNothingWhenTracingIsOff.
 func BenchmarkPipeline(b *testing.B) {
 	for _, mode := range []runner.Ordering{runner.KeyOrder, runner.PartitionOrder, runner.Unordered} {
 		b.Run(fmt.Sprintf("%s/concurrency=64", mode), func(b *testing.B) {
@@ -44,6 +49,35 @@ func BenchmarkPipeline(b *testing.B) {
 				b.Fatalf("committed %d records, want %d", got, b.N)
 			}
 		})
+	}
+}
+
+// BenchmarkPipelineTraced is BenchmarkPipeline's key order with tracing
+// on: an SDK tracer provider sampling every span, with no exporter, so
+// that what it measures is the runner's span per record (its attributes,
+// its context) and the SDK's span, not an export. With a batching
+// exporter the export's cost comes on top.
+func BenchmarkPipelineTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	defer tp.Shutdown(context.Background())
+	var handled atomic.Int64
+	all := make(chan struct{})
+	n := int64(b.N)
+	h := func(ctx context.Context, rec runner.Record) error {
+		if handled.Add(1) == n {
+			close(all)
+		}
+		return nil
+	}
+	src := newGenSource(b.N)
+	r, err := runner.New(src, runner.Handle(topic, h), runner.Concurrency(64), runner.TracerProvider(tp),
+		runner.WaterMarks(10000, 5000), runner.Logger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	timeRun(b, r, all)
+	if got := src.committedTotal(); got != int64(b.N) {
+		b.Fatalf("committed %d records, want %d", got, b.N)
 	}
 }
 

@@ -34,15 +34,8 @@ func (e *PanicError) Error() string {
 func (r *Runner) execute(t *task) {
 	rt := t.route
 	rec := &t.rec
-	ctx, span := r.tracer.start(t.ps.ctx, rec)
-	defer span.End()
-	// The clock is read only when a meter provider records the duration:
-	// two clock reads are a tenth of a no-op record's cost.
-	var start time.Time
-	timed := r.tel.duration.Enabled(ctx)
-	if timed {
-		start = time.Now()
-	}
+	ctx, pr := r.tel.begin(t.ps.ctx, t)
+	defer pr.end(ctx)
 	// The handler's ctx carries the attempt number (Attempt) in the task
 	// itself, so that it costs no allocation.
 	t.actx.Context = ctx
@@ -54,27 +47,26 @@ func (r *Runner) execute(t *task) {
 			// Applied before (a replay after a restart or a handoff):
 			// complete it without running the handler again.
 			t.res = resHandled
-			r.tel.replaySkipped.Add(ctx, 1)
+			pr.replaySkip(ctx)
 			return
 		}
 		if err == nil {
 			t.res = resHandled
-			r.tel.handled(ctx, rec.Topic, timed, start)
+			pr.handled(ctx)
 			return
 		}
 		if ctx.Err() != nil {
 			// The partition was lost, or the runner is closing: the record
 			// stays incomplete and is replayed by whoever owns it next.
 			t.res = resCancelled
-			span.RecordError(err)
+			pr.cancelled(err)
 			return
 		}
 		if errors.Is(err, ErrFenced) {
 			t.fail.Store(&failure{attempts: attempt, err: err.Error()})
 			r.log.Warn("handler fenced by a newer owner; leaving the record to it", "record", rec.String(), "err", err)
-			r.tel.fenced.Add(ctx, 1)
+			pr.fence(ctx, err)
 			t.res = resFenced
-			span.RecordError(err)
 			return
 		}
 		kind := r.classify(rt, rec, err)
@@ -83,9 +75,8 @@ func (r *Runner) execute(t *task) {
 			t.firstFail = now
 		}
 		t.lastFail = now
-		r.tel.failed(ctx, rec.Topic)
+		pr.failed(ctx, err)
 		t.fail.Store(&failure{attempts: attempt, err: err.Error(), kind: kind})
-		span.RecordError(err)
 		if kind != TransientKind {
 			counted++
 		}
@@ -98,7 +89,7 @@ func (r *Runner) execute(t *task) {
 		if end {
 			if pol.kind == policySkip {
 				r.log.Error("record skipped after its last attempt", "record", rec.String(), "attempts", attempt, "kind", kind.String(), "err", err)
-				r.tel.skipped.Add(ctx, 1)
+				pr.skip(ctx)
 				t.res = resSkipped
 				return
 			}
@@ -114,7 +105,7 @@ func (r *Runner) execute(t *task) {
 			t.res = resCancelled
 			return
 		}
-		r.tel.retried.Add(ctx, 1)
+		pr.retry(ctx)
 	}
 }
 
@@ -189,7 +180,7 @@ func (r *Runner) deadLetter(ctx context.Context, t *task, cause error, kind Erro
 		err := r.writeDeadLetter(ctx, rt, rec)
 		if err == nil {
 			r.log.Error("record dead-lettered", "record", t.rec.String(), "topic", rt.policy.topic, "attempts", t.attempts, "kind", kind.String(), "err", cause)
-			r.tel.deadLettered.Add(ctx, 1)
+			r.tel.deadLetter(ctx, t)
 			return true
 		}
 		if ctx.Err() != nil {

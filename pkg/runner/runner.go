@@ -17,12 +17,13 @@ import (
 // it with Run, stop it with Shutdown (graceful) or Close (immediate). A
 // Runner runs once; a stopped Runner cannot be reused.
 type Runner struct {
-	cfg    config
-	src    Source
-	log    *slog.Logger
-	tel    *telemetry
-	tracer tracer
-	group  string // the source's group (Grouped), or ""
+	cfg config
+	src Source
+	log *slog.Logger
+	tel *telemetry
+	// group is the source's consumer group (Grouped), read once in New;
+	// "" for a source without one.
+	group string
 
 	// settler is src when it settles records one by one (settle.go).
 	settler Settler
@@ -104,7 +105,6 @@ func New(src Source, opts ...Option) (*Runner, error) {
 	r.tel = tel
 	r.poll = newPollState(&r.cfg, r.log, tel)
 	r.poll.settled = r.settler != nil
-	r.tracer = newTracer(cfg.tracerProvider)
 	return r, nil
 }
 

@@ -132,7 +132,8 @@ type partState struct {
 
 	ctx     context.Context // handlers' parent; cancelled on lost, drain timeout, close
 	cancel  context.CancelFunc
-	applied Applied // from the assign hook; read by workers
+	applied Applied  // from the assign hook; read by workers
+	tel     *partTel // its telemetry attributes (telemetry.go); read by workers
 
 	// lanes holds KeyOrder's lanes by the hash of the key (seeded per
 	// runner). Two keys whose 64-bit hashes collide share a lane: they run

@@ -2,26 +2,66 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/messagingconv"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/tidemark/tidemark/pkg/rebalance"
 )
 
+// The runner follows the OpenTelemetry semantic conventions v1.43.0 for
+// messaging (still "development" there): the newest the otel module in
+// go.mod ships with messaging.operation.type, messaging.consumer.group.name
+// and messaging.destination.partition.id. Keys and metric names come from
+// the semconv package, never typed by hand.
 const instrumentation = "github.com/tidemark/tidemark/pkg/runner"
 
-// telemetry holds the runner's OpenTelemetry instruments. Counters are
-// added to from workers and the poll goroutine (the instruments are safe for
-// concurrent use); gauges read the stats snapshot the poll goroutine
-// publishes every commit interval.
+// processOp is the messaging.operation.name of the runner's spans and of
+// the semantic conventions' metrics it records: it runs a handler on a
+// record pushed to it (messaging.operation.type process, span kind
+// CONSUMER: there is no receive span, the application does not pull).
+const processOp = "process"
+
+// processBuckets are messaging.process.duration's bucket boundaries in
+// seconds: handler latencies from 100 µs (an in-memory effect) to a
+// minute (a slow call retried with backoff), about three a decade. The
+// SDK's defaults (0 to 10,000) suit milliseconds and would put nearly
+// every handler in the first two buckets.
+var processBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+}
+
+// durationBuckets bound tidemark.commit.duration and
+// tidemark.revoke.duration: a commit takes milliseconds, a revoke's drain
+// up to the DrainBudget (10 s by default) and its final commit.
+var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// telemetry holds the runner's OpenTelemetry instruments and its tracer.
+// Counters are added to from workers and the poll goroutine (the
+// instruments are safe for concurrent use); gauges read the stats snapshot
+// the poll goroutine publishes every commit interval.
 type telemetry struct {
+	tracer tracer
+	group  string // the source's (Grouped), or ""
+
+	// The semantic conventions' metrics.
+	consumed metric.Int64Counter     // messaging.client.consumed.messages
+	duration metric.Float64Histogram // messaging.process.duration
+
 	handledC, failedC           metric.Int64Counter
 	retried, deadLettered       metric.Int64Counter
 	skipped, stale, lost        metric.Int64Counter
@@ -31,7 +71,10 @@ type telemetry struct {
 	redelivered                 metric.Int64Counter
 	deliveries                  metric.Int64Histogram
 	batchSize                   metric.Int64Histogram
-	duration, commitLatency     metric.Float64Histogram
+	commitLatency, revokeTime   metric.Float64Histogram
+	groupKV                     []attribute.KeyValue  // none, or messaging.consumer.group.name
+	groupAdd                    []metric.AddOption    // the group alone
+	groupRec                    []metric.RecordOption // the group alone
 	topicAttrs                  map[string]topicOpts
 	reg                         metric.Registration
 }
@@ -43,101 +86,135 @@ type topicOpts struct {
 	rec []metric.RecordOption
 }
 
+// partTel is one partition's telemetry attributes, built once per
+// assignment (partition): the per-record Add and Record calls pass these
+// prebuilt options and allocate nothing, and the span name is not
+// concatenated per record. It is kept small (about 700 bytes): it counts
+// in PartitionOverhead.
+type partTel struct {
+	// add and rec carry the attributes of tidemark's own metrics:
+	// messaging.consumer.group.name (when the source has a group),
+	// messaging.destination.name and messaging.destination.partition.id.
+	add []metric.AddOption
+	rec []metric.RecordOption
+	// proc is those with messaging.system and messaging.operation.name,
+	// the attributes the conventions require of their metrics and the
+	// spans' (with messaging.operation.type); procAdd and procRec carry
+	// it.
+	proc    attribute.Set
+	procAdd []metric.AddOption
+	procRec []metric.RecordOption
+	// spanName is "process <topic>".
+	spanName string
+}
+
+// newTelemetry creates the instruments on mp (nil: the global meter
+// provider) and the tracer on r's TracerProvider (nil: the global one, as
+// it changes). It returns every instrument-creation error, joined, rather
+// than the first: a misconfigured view or provider shows all it broke.
 func newTelemetry(mp metric.MeterProvider, r *Runner) (*telemetry, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	m := mp.Meter(instrumentation)
-	t := &telemetry{topicAttrs: map[string]topicOpts{}}
+	m := mp.Meter(instrumentation, metric.WithSchemaURL(semconv.SchemaURL))
+	t := &telemetry{group: r.group, topicAttrs: map[string]topicOpts{}}
+	t.tracer.init(r.cfg.tracerProvider)
+	if t.group != "" {
+		t.groupKV = []attribute.KeyValue{semconv.MessagingConsumerGroupName(t.group)}
+	}
+	groupKV := t.groupKV
+	gs := metric.WithAttributeSet(attribute.NewSet(groupKV...))
+	t.groupAdd, t.groupRec = []metric.AddOption{gs}, []metric.RecordOption{gs}
+	groupObs := []metric.ObserveOption{gs}
 	for topic := range r.cfg.handlers {
-		a := metric.WithAttributeSet(attribute.NewSet(attribute.String("messaging.destination.name", topic)))
+		a := metric.WithAttributeSet(attribute.NewSet(append(groupKV[:len(groupKV):len(groupKV)], semconv.MessagingDestinationName(topic))...))
 		t.topicAttrs[topic] = topicOpts{add: []metric.AddOption{a}, rec: []metric.RecordOption{a}}
 	}
-	var err error
-	counter := func(name, desc string) metric.Int64Counter {
-		c, e := m.Int64Counter(name, metric.WithDescription(desc))
-		if e != nil && err == nil {
-			err = e
+
+	var errs []error
+	check := func(name string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
+	}
+	consumed, err := messagingconv.NewClientConsumedMessages(m)
+	check(consumed.Name(), err)
+	t.consumed = consumed.Inst()
+	duration, err := messagingconv.NewProcessDuration(m, metric.WithExplicitBucketBoundaries(processBuckets...))
+	check(duration.Name(), err)
+	t.duration = duration.Inst()
+
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		check(name, err)
 		return c
 	}
-	t.handledC = counter("tidemark.records.handled", "Records whose handler succeeded.")
-	t.failedC = counter("tidemark.records.failed", "Failed handler attempts (errors and panics).")
-	t.retried = counter("tidemark.records.retried", "Handler attempts retried after a failure.")
-	t.deadLettered = counter("tidemark.records.dead_lettered", "Records written to the dead-letter topic.")
-	t.skipped = counter("tidemark.records.skipped", "Records skipped by the Skip policy.")
-	t.stale = counter("tidemark.completions.stale", "Completions from an old assignment or for a partition not owned, dropped.")
-	t.lost = counter("tidemark.partitions.lost", "Partitions lost (nothing committed for them afterwards).")
-	t.revokes = counter("tidemark.revokes", "Revokes drained.")
-	t.pauses = counter("tidemark.partitions.pauses", "Times a partition was paused by flow control.")
-	t.outOfOrder = counter("tidemark.records.out_of_order", "Records delivered again or out of order, dropped.")
-	t.replaySkipped = counter("tidemark.records.replay_skipped", "Records completed without running the handler because they were already applied.")
-	t.fenced = counter("tidemark.records.fenced", "Handler attempts fenced by a newer owner of the partition.")
-	t.commitFailures = counter("tidemark.commit.failures", "Commit requests that failed or had an unknown outcome.")
-	t.windowFull = counter("tidemark.partitions.window_pauses", "Times a partition was paused with its uncommitted window full behind an unfinished record.")
-	t.redelivered = counter("tidemark.records.redelivered", "Records the runner took that the broker had delivered before (delivery count above 1; share groups).")
-	if err != nil {
-		return nil, err
-	}
-	t.deliveries, err = m.Int64Histogram("tidemark.record.delivery_count",
+	t.handledC = counter("tidemark.records.handled", "{record}", "Records whose handler succeeded.")
+	t.failedC = counter("tidemark.records.failed", "{attempt}", "Failed handler attempts (errors and panics).")
+	t.retried = counter("tidemark.records.retried", "{attempt}", "Handler attempts retried after a failure.")
+	t.deadLettered = counter("tidemark.records.dead_lettered", "{record}", "Records written to the dead-letter topic.")
+	t.skipped = counter("tidemark.records.skipped", "{record}", "Records skipped by the Skip policy.")
+	t.stale = counter("tidemark.completions.stale", "{completion}", "Completions from an old assignment or for a partition not owned, dropped.")
+	t.lost = counter("tidemark.partitions.lost", "{partition}", "Partitions lost (nothing committed for them afterwards).")
+	t.revokes = counter("tidemark.revokes", "{revoke}", "Revokes drained.")
+	t.pauses = counter("tidemark.partitions.pauses", "{pause}", "Times a partition was paused by flow control.")
+	t.outOfOrder = counter("tidemark.records.out_of_order", "{record}", "Records delivered again or out of order, dropped.")
+	t.replaySkipped = counter("tidemark.records.replay_skipped", "{record}", "Records completed without running the handler because they were already applied.")
+	t.fenced = counter("tidemark.records.fenced", "{record}", "Records whose handler was fenced by a newer owner of the partition.")
+	t.commitFailures = counter("tidemark.commit.failures", "{commit}", "Partition offsets whose commit failed or had an unknown outcome, counted per partition of the request.")
+	t.windowFull = counter("tidemark.partitions.window_pauses", "{pause}", "Times a partition was paused with its uncommitted window full behind an unfinished record.")
+	t.redelivered = counter("tidemark.records.redelivered", "{record}", "Records the runner took that the broker had delivered before (delivery count above 1; share groups).")
+	t.deliveries, err = m.Int64Histogram("tidemark.record.delivery_count", metric.WithUnit("{delivery}"),
 		metric.WithDescription("The broker's delivery count of each record the runner took, from sources that count deliveries (share groups): 1 on a first delivery."),
 		metric.WithExplicitBucketBoundaries(1, 2, 3, 4, 5, 10))
-	if err != nil {
-		return nil, err
-	}
-	t.duration, err = m.Float64Histogram("tidemark.handler.duration", metric.WithUnit("s"), metric.WithDescription("Time from a record's first attempt to its success."))
-	if err != nil {
-		return nil, err
-	}
-	t.commitLatency, err = m.Float64Histogram("tidemark.commit.duration", metric.WithUnit("s"), metric.WithDescription("Commit request latency."))
-	if err != nil {
-		return nil, err
-	}
+	check("tidemark.record.delivery_count", err)
+	t.commitLatency, err = m.Float64Histogram("tidemark.commit.duration", metric.WithUnit("s"),
+		metric.WithDescription("Commit request latency."), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	check("tidemark.commit.duration", err)
+	t.revokeTime, err = m.Float64Histogram("tidemark.revoke.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from the source's revoke report to its answer (in-flight handlers drained and the final commit answered), recorded for each partition of the revoke."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	check("tidemark.revoke.duration", err)
 	t.batchSize, err = m.Int64Histogram("tidemark.batch.size", metric.WithUnit("{record}"),
 		metric.WithDescription("Records in each batch handed to a batch handler (HandleBatch)."),
 		metric.WithExplicitBucketBoundaries(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
-	if err != nil {
-		return nil, err
-	}
-	gauge := func(name, desc string, opts ...metric.Int64ObservableGaugeOption) metric.Int64ObservableGauge {
-		g, e := m.Int64ObservableGauge(name, append(opts, metric.WithDescription(desc))...)
-		if e != nil && err == nil {
-			err = e
-		}
+	check("tidemark.batch.size", err)
+
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		check(name, err)
 		return g
 	}
-	inflight := gauge("tidemark.records.in_flight", "Records whose handler is running.")
-	buffered := gauge("tidemark.records.buffered", "Records fetched and not finished (buffered plus in flight).")
-	charged := gauge("tidemark.records.bytes", "What the runner charges against MaxBufferedBytes: its records' key, value and header bytes as allocated plus RecordOverhead each, and the partitions' tracker rings beyond their least size.", metric.WithUnit("By"))
-	paused := gauge("tidemark.partitions.paused", "Partitions paused by flow control.")
-	windowFull := gauge("tidemark.partitions.window_full", "Partitions paused with their uncommitted window full.")
-	owned := gauge("tidemark.partitions.owned", "Partitions assigned to this member.")
-	uncommitted := gauge("tidemark.partition.uncommitted", "Records delivered and not yet behind the safe offset (the uncommitted window), per partition.")
-	lag := gauge("tidemark.consumer.lag", "High watermark minus the acknowledged committed offset, per partition.")
-	oldest, e := m.Float64ObservableGauge("tidemark.record.oldest_age", metric.WithUnit("s"),
+	inflight := gauge("tidemark.records.in_flight", "{record}", "Records whose handler is running.")
+	buffered := gauge("tidemark.records.buffered", "{record}", "Records fetched and not finished (buffered plus in flight).")
+	charged := gauge("tidemark.records.bytes", "By", "What the runner charges against MaxBufferedBytes: its records' key, value and header bytes as allocated plus RecordOverhead each, and the partitions' tracker rings beyond their least size.")
+	paused := gauge("tidemark.partitions.paused", "{partition}", "Partitions paused by flow control.")
+	windowFull := gauge("tidemark.partitions.window_full", "{partition}", "Partitions paused with their uncommitted window full.")
+	owned := gauge("tidemark.partitions.owned", "{partition}", "Partitions assigned to this member.")
+	uncommitted := gauge("tidemark.partition.uncommitted", "{record}", "Records delivered and not yet behind the safe offset (the uncommitted window), per partition.")
+	lag := gauge("tidemark.consumer.lag", "{record}", "High watermark minus the acknowledged committed offset, per partition.")
+	oldest, err := m.Float64ObservableGauge("tidemark.record.oldest_age", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest unfinished record, per partition; tidemark.record.state says why it has not finished (queued, running, retrying, fenced)."))
-	if e != nil && err == nil {
-		err = e
-	}
-	if err != nil {
-		return nil, err
+	check("tidemark.record.oldest_age", err)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	t.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		// Read the snapshot in place: copying it (Stats) would allocate
-		// O(partitions) per collection.
+		// O(partitions) per collection. The per-partition attributes are
+		// built per collection (every few seconds), not per record.
 		r.stats.mu.Lock()
 		defer r.stats.mu.Unlock()
 		s := &r.stats.s
-		o.ObserveInt64(inflight, int64(s.InFlight))
-		o.ObserveInt64(buffered, int64(s.Buffered))
-		o.ObserveInt64(charged, s.Bytes)
-		o.ObserveInt64(owned, int64(len(s.Partitions)))
+		o.ObserveInt64(inflight, int64(s.InFlight), groupObs...)
+		o.ObserveInt64(buffered, int64(s.Buffered), groupObs...)
+		o.ObserveInt64(charged, s.Bytes, groupObs...)
+		o.ObserveInt64(owned, int64(len(s.Partitions)), groupObs...)
 		var np, nw int64
 		for i := range s.Partitions {
 			p := &s.Partitions[i]
-			part := metric.WithAttributes(
-				attribute.String("messaging.destination.name", p.TP.Topic),
-				attribute.Int("messaging.destination.partition.id", int(p.TP.Partition)))
+			kv := partitionKV(groupKV, p.TP)
+			part := metric.WithAttributes(kv...)
 			if p.Paused {
 				np++
 			}
@@ -145,42 +222,53 @@ func newTelemetry(mp metric.MeterProvider, r *Runner) (*telemetry, error) {
 				nw++
 			}
 			o.ObserveFloat64(oldest, p.OldestAge.Seconds(), metric.WithAttributes(
-				attribute.String("messaging.destination.name", p.TP.Topic),
-				attribute.Int("messaging.destination.partition.id", int(p.TP.Partition)),
-				attribute.String("tidemark.record.state", p.OldestState.String())))
+				append(kv, attribute.String("tidemark.record.state", p.OldestState.String()))...))
 			o.ObserveInt64(uncommitted, int64(p.Outstanding), part)
 			if p.HighWatermark >= 0 && p.Acknowledged >= 0 {
 				o.ObserveInt64(lag, max(p.HighWatermark-p.Acknowledged, 0), part)
 			}
 		}
-		o.ObserveInt64(paused, np)
-		o.ObserveInt64(windowFull, nw)
+		o.ObserveInt64(paused, np, groupObs...)
+		o.ObserveInt64(windowFull, nw, groupObs...)
 		return nil
 	}, inflight, buffered, charged, paused, windowFull, owned, uncommitted, oldest, lag)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("registering the gauges' callback: %w", err)
 	}
 	return t, nil
+}
+
+// partitionKV returns group (none, or messaging.consumer.group.name),
+// messaging.destination.name and messaging.destination.partition.id (a
+// string, as the conventions define it) in a new slice with room for three
+// more.
+func partitionKV(group []attribute.KeyValue, tp TP) []attribute.KeyValue {
+	kv := make([]attribute.KeyValue, 0, len(group)+5)
+	kv = append(kv, group...)
+	return append(kv, semconv.MessagingDestinationName(tp.Topic),
+		semconv.MessagingDestinationPartitionID(strconv.FormatInt(int64(tp.Partition), 10)))
+}
+
+// partition builds tp's telemetry attributes, for an assignment of tp.
+func (t *telemetry) partition(tp TP) *partTel {
+	kv := partitionKV(t.groupKV, tp)
+	set := metric.WithAttributeSet(attribute.NewSet(kv...))
+	proc := attribute.NewSet(append(kv, semconv.MessagingSystemKafka, semconv.MessagingOperationName(processOp))...)
+	procOpt := metric.WithAttributeSet(proc)
+	return &partTel{
+		add:      []metric.AddOption{set},
+		rec:      []metric.RecordOption{set},
+		proc:     proc,
+		procAdd:  []metric.AddOption{procOpt},
+		procRec:  []metric.RecordOption{procOpt},
+		spanName: processOp + " " + tp.Topic,
+	}
 }
 
 func (t *telemetry) unregister() {
 	if t.reg != nil {
 		_ = t.reg.Unregister()
 	}
-}
-
-// handled counts a handled record and, when timed, records the time since
-// start.
-func (t *telemetry) handled(ctx context.Context, topic string, timed bool, start time.Time) {
-	a := t.topicAttrs[topic] // zero (no attributes) for an unregistered topic
-	t.handledC.Add(ctx, 1, a.add...)
-	if timed {
-		t.duration.Record(ctx, time.Since(start).Seconds(), a.rec...)
-	}
-}
-
-func (t *telemetry) failed(ctx context.Context, topic string) {
-	t.failedC.Add(ctx, 1, t.topicAttrs[topic].add...)
 }
 
 // delivered records the delivery count n of a record of topic the runner
@@ -195,68 +283,353 @@ func (t *telemetry) delivered(topic string, n int32) {
 	}
 }
 
-// tracer starts one consumer span per handled record, continuing the trace
-// of a W3C traceparent header when the record has one.
-type tracer struct {
-	t    trace.Tracer
-	prop propagation.TraceContext
-	// off is set when the provider is a no-op one: then no span is started
-	// at all, which saves the handler context's allocation per record. A
-	// traceparent header still reaches the handler's context.
-	off bool
+// The poll goroutine's measurements of partitions.
+
+// partitionLost counts ps's partition as lost.
+func (t *telemetry) partitionLost(ps *partState) {
+	t.lost.Add(context.Background(), 1, ps.tel.add...)
 }
 
-var consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+// revoked records how long the revoke of ps's partition took, d, from
+// the source's report to its answer.
+func (t *telemetry) revoked(ps *partState, d time.Duration) {
+	t.revokeTime.Record(context.Background(), d.Seconds(), ps.tel.rec...)
+}
+
+// committed records a commit request's latency (once per request: it
+// covers its partitions together) and, when it failed, counts each of its
+// partitions' offsets as a commit failure, with the attributes of the
+// partition in parts (the owned ones), or new ones for a partition no
+// longer owned.
+func (t *telemetry) committed(took time.Duration, commits []rebalance.Commit, err error, parts map[TP]*partState) {
+	t.commitLatency.Record(context.Background(), took.Seconds(), t.groupRec...)
+	if err == nil {
+		return
+	}
+	for _, c := range commits {
+		var pt *partTel
+		if ps := parts[c.TP]; ps != nil {
+			pt = ps.tel
+		} else {
+			pt = t.partition(c.TP)
+		}
+		t.commitFailures.Add(context.Background(), 1, pt.add...)
+	}
+}
+
+// revoke counts a revoke report the runner drains.
+func (t *telemetry) revoke() { t.revokes.Add(context.Background(), 1, t.groupAdd...) }
+
+// processing is one record's run through the failure policy as telemetry
+// sees it: its span, when it began (only when the duration is measured)
+// and the last failed attempt's error. execute keeps it on its stack:
+// begin, then the methods below as the record's attempts go, then end.
+// Every measurement uses its partition's prebuilt attributes, so a record
+// that succeeds costs no allocation with tracing off.
+type processing struct {
+	tel   *telemetry
+	t     *task
+	span  trace.Span
+	start time.Time // zero: the duration is not measured
+	err   error     // the last failed attempt's
+}
+
+// begin starts t's record's processing: its span (a child of the trace
+// context its headers carry, see tracer.start) and the count of
+// messaging.client.consumed.messages. The returned ctx carries the span,
+// and whatever the global propagator extracted (baggage too).
+func (tel *telemetry) begin(ctx context.Context, t *task) (context.Context, processing) {
+	pt := t.ps.tel
+	ctx, span := tel.tracer.start(ctx, &t.rec, pt)
+	tel.consumed.Add(ctx, 1, pt.procAdd...)
+	p := processing{tel: tel, t: t, span: span}
+	// The clock is read only when a meter provider records the duration:
+	// two clock reads are a tenth of a no-op record's cost.
+	if tel.duration.Enabled(ctx) {
+		p.start = time.Now()
+	}
+	return ctx, p
+}
+
+// handled counts the record as handled.
+func (p *processing) handled(ctx context.Context) {
+	p.tel.handledC.Add(ctx, 1, p.t.ps.tel.add...)
+}
+
+// replaySkip counts the record as completed without its handler: the
+// partition's Applied filter said it was applied before.
+func (p *processing) replaySkip(ctx context.Context) {
+	p.tel.replaySkipped.Add(ctx, 1, p.t.ps.tel.add...)
+}
+
+// failed counts a failed attempt, whose error err the span records as an
+// exception event.
+func (p *processing) failed(ctx context.Context, err error) {
+	p.err = err
+	p.tel.failedC.Add(ctx, 1, p.t.ps.tel.add...)
+	p.span.RecordError(err)
+}
+
+// retry counts an attempt retried after a failure.
+func (p *processing) retry(ctx context.Context) {
+	p.tel.retried.Add(ctx, 1, p.t.ps.tel.add...)
+}
+
+// skip counts the record as skipped after its last attempt.
+func (p *processing) skip(ctx context.Context) {
+	p.tel.skipped.Add(ctx, 1, p.t.ps.tel.add...)
+}
+
+// fence counts the record as fenced by a newer owner (err wraps
+// ErrFenced).
+func (p *processing) fence(ctx context.Context, err error) {
+	p.err = err
+	p.tel.fenced.Add(ctx, 1, p.t.ps.tel.add...)
+	p.span.RecordError(err)
+}
+
+// cancelled records that ctx ended during the attempt that returned err
+// (the partition was lost, or the runner is closing): the record is left
+// unfinished, for the next owner.
+func (p *processing) cancelled(err error) {
+	p.err = err
+	p.span.RecordError(err)
+}
+
+// deadLetter counts t's record as written to the dead-letter topic.
+func (tel *telemetry) deadLetter(ctx context.Context, t *task) {
+	tel.deadLettered.Add(ctx, 1, t.ps.tel.add...)
+}
+
+// end ends the record's processing as the task's result says. A record
+// not handled (dead-lettered, skipped, fenced, or left unfinished) is a
+// failed process operation: its span's status is Error and error.type,
+// on the span and on messaging.process.duration, names the last error
+// (errorType). end records the duration, then ends the span.
+func (p *processing) end(ctx context.Context) {
+	pt := p.t.ps.tel
+	var et string
+	if p.t.res != resHandled {
+		et = errorType(p.err)
+		if p.span.IsRecording() {
+			p.span.SetStatus(codes.Error, outcome(p.t.res))
+			p.span.SetAttributes(semconv.ErrorTypeKey.String(et))
+		}
+	}
+	if !p.start.IsZero() {
+		d := time.Since(p.start).Seconds()
+		if et == "" {
+			p.tel.duration.Record(ctx, d, pt.procRec...)
+		} else {
+			// A failure is rare: its attribute set is built for it.
+			kv := append(pt.proc.ToSlice(), semconv.ErrorTypeKey.String(et))
+			p.tel.duration.Record(ctx, d, metric.WithAttributeSet(attribute.NewSet(kv...)))
+		}
+	}
+	p.span.End()
+}
+
+// outcome is the span status description of a record not handled.
+func outcome(r result) string {
+	switch r {
+	case resDeadLettered:
+		return "dead-lettered"
+	case resSkipped:
+		return "skipped"
+	case resFenced:
+		return "fenced by a newer owner"
+	case resCancelled:
+		return "cancelled: left unfinished for the next owner"
+	}
+	return "failed"
+}
+
+// fmtWrapType is the type of fmt.Errorf's single-%w wrapper.
+var fmtWrapType = reflect.TypeOf(fmt.Errorf("%w", errors.New("")))
+
+// errorType is the error.type of a failed record, low in cardinality as
+// the conventions ask: the value of an ErrorType() string method anywhere
+// in err's chain (how a handler names its own error classes, as the
+// semconv package reads them); else the runner's and the context
+// package's sentinels by name ("runner.ErrFenced",
+// "runner.ErrOutcomeUnknown", "context.Canceled",
+// "context.DeadlineExceeded"); else the Go type of the error under the
+// Permanent and Transient marks and fmt.Errorf's wrapping, as
+// semconv.ErrorType names it ("*runner.PanicError" for a panic,
+// "*json.SyntaxError"); "_OTHER" for no error.
+func errorType(err error) string {
+	if err == nil {
+		return semconv.ErrorTypeOther.Value.AsString()
+	}
+	var named interface{ ErrorType() string }
+	if errors.As(err, &named) {
+		if s := named.ErrorType(); s != "" {
+			return s
+		}
+	}
+	switch {
+	case errors.Is(err, ErrFenced):
+		return "runner.ErrFenced"
+	case errors.Is(err, ErrOutcomeUnknown):
+		return "runner.ErrOutcomeUnknown"
+	case errors.Is(err, context.Canceled):
+		return "context.Canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "context.DeadlineExceeded"
+	}
+	for {
+		switch e := err.(type) {
+		case *PermanentError:
+			err = e.Err
+			continue
+		case *TransientError:
+			err = e.Err
+			continue
+		}
+		if u := errors.Unwrap(err); u != nil && reflect.TypeOf(err) == fmtWrapType {
+			err = u
+			continue
+		}
+		return semconv.ErrorType(err).Value.AsString()
+	}
+}
+
+// tracer starts one CONSUMER span per record, "process <topic>", after
+// the messaging conventions.
+//
+// Trace context comes from the record's headers through the global
+// propagator (otel.GetTextMapPropagator), read per record, so W3C trace
+// context, baggage or B3 work as the program installs them; with none
+// installed nothing is extracted. The extracted (creation) context is the
+// span's parent, and a link as well. Parent, because a record is
+// processed alone (one span, one message: the case where the conventions
+// allow the creation context as parent), and it puts the consumer under
+// the producer in one trace, which is what users of kotel, Spring Kafka
+// and Watermill see. A link too, because the conventions' default
+// correlation is a link and tools that follow it find it there. Should
+// Run's ctx carry a span of its own (ambient), a record with a creation
+// context links it rather than have it as parent (it spans the runner's
+// life, not the record), and a record without one is its child.
+//
+// Tracing off costs a record nothing. otel-go v1.47 has no Enabled on
+// Tracer (its metric instruments have one, which begin uses), and a
+// span from the global placeholder provider, before an SDK is installed,
+// costs allocations. So the runner learns it from the spans: per record
+// it reads the provider (the global one: one atomic load) and compares it
+// with the one it last saw; the first span of each provider tells
+// whether it is off: a span that does not record and carries its
+// parent's span context rather than one of its own is what the no-op and
+// the undelegated global providers return, and no SDK does (an SDK gives
+// every span, sampled or not, an identity). While that provider stays,
+// no span is started. An SDK installed after New is picked up at the
+// next record.
+type tracer struct {
+	fixed trace.TracerProvider // TracerProvider's, or nil: the global one
+	cur   atomic.Pointer[tracerOf]
+}
+
+// tracerOf is the runner's tracer on one provider.
+type tracerOf struct {
+	tp  trace.TracerProvider
+	tr  trace.Tracer
+	typ reflect.Type
+	// comparable: tp == another provider cannot panic. A provider of a
+	// type that is not comparable is told apart by its type alone.
+	comparable bool
+	off        atomic.Bool // its spans are no-ops: start none
+}
 
 // noSpan is the span of every record when tracing is off.
 var noSpan = trace.SpanFromContext(context.Background())
 
-func newTracer(tp trace.TracerProvider) tracer {
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-		// Before any SDK is installed the global provider is OpenTelemetry's
-		// delegating placeholder, whose spans cost three allocations per
-		// record and record nothing. Resolve it once, here: a program that
-		// installs its provider before New (the usual order) gets real
-		// spans; otherwise spans are no-ops, at one allocation.
-		if fmt.Sprintf("%T", tp) == "*global.tracerProvider" {
-			tp = noop.NewTracerProvider()
-		}
+// init sets the provider: tp, or the global one when tp is nil or is the
+// global one itself (then an SDK installed later replaces it too).
+func (tr *tracer) init(tp trace.TracerProvider) {
+	if tp != nil && reflect.TypeOf(tp).Comparable() && tp == otel.GetTracerProvider() {
+		tp = nil
 	}
-	_, off := tp.(noop.TracerProvider)
-	return tracer{t: tp.Tracer(instrumentation), off: off}
+	tr.fixed = tp
 }
 
-func (tr tracer) start(ctx context.Context, rec *Record) (context.Context, trace.Span) {
-	if _, ok := rec.Header("traceparent"); ok {
-		ctx = tr.prop.Extract(ctx, headerCarrier(rec.Headers))
+// current returns the tracer of the provider in use now.
+func (tr *tracer) current() *tracerOf {
+	tp := tr.fixed
+	if tp == nil {
+		tp = otel.GetTracerProvider()
 	}
-	if tr.off {
+	c := tr.cur.Load()
+	if c != nil && (tr.fixed != nil || c.comparable && c.tp == tp || !c.comparable && c.typ == reflect.TypeOf(tp)) {
+		return c
+	}
+	typ := reflect.TypeOf(tp)
+	c = &tracerOf{tp: tp, tr: tp.Tracer(instrumentation, trace.WithSchemaURL(semconv.SchemaURL)), typ: typ, comparable: typ.Comparable()}
+	tr.cur.Store(c)
+	return c
+}
+
+// start extracts rec's trace context and starts its span, with the
+// partition's attributes pt, unless tracing is off (then the span is
+// noSpan, and ctx carries only what was extracted).
+func (tr *tracer) start(ctx context.Context, rec *Record, pt *partTel) (context.Context, trace.Span) {
+	c := tr.current()
+	if c.off.Load() {
+		if len(rec.Headers) > 0 {
+			ctx = otel.GetTextMapPropagator().Extract(ctx, (*recordCarrier)(rec))
+		}
 		return ctx, noSpan
 	}
-	ctx, span := tr.t.Start(ctx, "tidemark.handle", consumerSpan...)
-	if span.IsRecording() {
-		// Attributes only for a recording span: building them costs
-		// allocations the no-op default should not pay.
-		span.SetAttributes(
-			attribute.String("messaging.system", "kafka"),
-			attribute.String("messaging.destination.name", rec.Topic),
-			attribute.Int("messaging.destination.partition.id", int(rec.Partition)),
-			attribute.Int64("messaging.kafka.offset", rec.Offset),
-		)
-		if rec.DeliveryCount > 0 {
-			// The broker's count (share groups): the semantic conventions
-			// name none for Kafka, so it is ours.
-			span.SetAttributes(attribute.Int("tidemark.record.delivery_count", int(rec.DeliveryCount)))
+	ambient := trace.SpanContextFromContext(ctx)
+	if len(rec.Headers) > 0 {
+		ctx = otel.GetTextMapPropagator().Extract(ctx, (*recordCarrier)(rec))
+	}
+	created := trace.SpanContextFromContext(ctx)
+	// The attributes go in at the start, where a sampler sees them (the
+	// conventions ask it for the group, destination and partition).
+	attrs := make([]attribute.KeyValue, 0, pt.proc.Len()+4)
+	for it := pt.proc.Iter(); it.Next(); {
+		attrs = append(attrs, it.Attribute())
+	}
+	attrs = append(attrs, semconv.MessagingOperationTypeProcess, semconv.MessagingKafkaOffset(int(rec.Offset)))
+	// The key only when it is text: the conventions want no attribute for
+	// a null key, and none for a key without a canonical string form
+	// (binary). An empty key is left out too: the adapters do not all
+	// tell it from a null one.
+	if len(rec.Key) > 0 && utf8.Valid(rec.Key) {
+		attrs = append(attrs, semconv.MessagingKafkaMessageKey(string(rec.Key)))
+	}
+	if rec.DeliveryCount > 0 {
+		// The broker's count (share groups): the conventions name none for
+		// Kafka, so it is ours.
+		attrs = append(attrs, attribute.Int("tidemark.record.delivery_count", int(rec.DeliveryCount)))
+	}
+	opts := make([]trace.SpanStartOption, 2, 3)
+	opts[0], opts[1] = trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)
+	if created.IsValid() && created.IsRemote() && !created.Equal(ambient) {
+		// ctx carries the creation context: the parent. Link it too, and
+		// the ambient span it displaced.
+		links := []trace.Link{{SpanContext: created}}
+		if ambient.IsValid() {
+			links = append(links, trace.Link{SpanContext: ambient})
 		}
+		opts = append(opts, trace.WithLinks(links...))
+	}
+	ctx, span := c.tr.Start(ctx, pt.spanName, opts...)
+	if !span.IsRecording() && span.SpanContext().SpanID() == created.SpanID() {
+		// Neither recorded nor a span of its own: a no-op provider.
+		c.off.Store(true)
 	}
 	return ctx, span
 }
 
-// headerCarrier reads W3C trace context from record headers.
-type headerCarrier []Header
+// recordCarrier reads a record's headers for a propagator (the last of a
+// repeated key wins; keys match exactly, as Kafka's are case-sensitive).
+// It is the record itself, so passing its pointer as a
+// propagation.TextMapCarrier allocates nothing, where a []Header would be
+// copied to the heap.
+type recordCarrier Record
 
-func (h headerCarrier) Get(key string) string {
+func (c *recordCarrier) Get(key string) string {
+	h := c.Headers
 	for i := len(h) - 1; i >= 0; i-- {
 		if h[i].Key == key {
 			return string(h[i].Value)
@@ -265,12 +638,13 @@ func (h headerCarrier) Get(key string) string {
 	return ""
 }
 
-func (h headerCarrier) Set(string, string) {}
+// Set does nothing: the runner reads records, it does not write them.
+func (c *recordCarrier) Set(string, string) {}
 
-func (h headerCarrier) Keys() []string {
-	keys := make([]string, len(h))
-	for i := range h {
-		keys[i] = h[i].Key
+func (c *recordCarrier) Keys() []string {
+	keys := make([]string, len(c.Headers))
+	for i := range c.Headers {
+		keys[i] = c.Headers[i].Key
 	}
 	return keys
 }

@@ -202,6 +202,13 @@ func (e *FetchError) Error() string {
 // Unwrap returns Err.
 func (e *FetchError) Unwrap() error { return e.Err }
 
+// Group returns the consumer group the Source was created for. The runner reads
+// it (runner.Grouped) for messaging.consumer.group.name on its spans and
+// metrics. It is safe to call at any time.
+func (s *Source) Group() string { return s.group }
+
+var _ runner.Grouped = (*Source)(nil)
+
 // Run joins the group and consumes until ctx is done, Close is called, or a
 // fatal fetch error (returned as a *FetchError). It reports assignments,
 // revokes, losses and fetched records to sink and blocks while the sink

@@ -212,6 +212,13 @@ func (e *FetchError) Error() string { return "kafkago: fetch " + e.TP.String() +
 // Unwrap returns Err.
 func (e *FetchError) Unwrap() error { return e.Err }
 
+// Group returns the consumer group the Source was created for. The runner reads
+// it (runner.Grouped) for messaging.consumer.group.name on its spans and
+// metrics. It is safe to call at any time.
+func (s *Source) Group() string { return s.group }
+
+var _ runner.Grouped = (*Source)(nil)
+
 // Run joins the group and consumes until ctx is done, Close is called, or a
 // fatal error (a *GroupError or a *FetchError). Each kafka-go generation
 // becomes one assignment: the runner is told of its partitions (starting at

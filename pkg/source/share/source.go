@@ -145,6 +145,13 @@ func (s *Source) closeClients() {
 	}
 }
 
+// Group returns the share group the Source was created for. The runner reads
+// it (runner.Grouped) for messaging.consumer.group.name on its spans and
+// metrics. It is safe to call at any time.
+func (s *Source) Group() string { return s.group }
+
+var _ runner.Grouped = (*Source)(nil)
+
 // Run applies the GroupConfig settings, subscribes every session and runs
 // them until ctx is done or Close; it returns nil then, or the error that
 // stopped it (a group config the broker refused).
