@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"fmt"
 	"strconv"
 	"time"
 )
@@ -93,19 +92,8 @@ func deadLetterHeaders(rec *Record, group string, cause error, kind ErrorKind, a
 
 func rfc3339(t time.Time) []byte { return t.UTC().AppendFormat(nil, time.RFC3339Nano) }
 
-// ErrorType names err's Go type, as the HeaderErrorType header and the
-// error.type span attribute give it: the type of the first error in its
-// chain that is not one of the runner's marks (Permanent, Transient).
-func ErrorType(err error) string {
-	for {
-		switch e := err.(type) {
-		case *PermanentError:
-			err = e.Err
-			continue
-		case *TransientError:
-			err = e.Err
-			continue
-		}
-		return fmt.Sprintf("%T", err)
-	}
-}
+// ErrorType names err's kind for the HeaderErrorType header and the
+// error.type attribute of spans and messaging.process.duration: see
+// errorType (telemetry.go) for the rules. It is low in cardinality, so a
+// dashboard can group by it.
+func ErrorType(err error) string { return errorType(err) }
