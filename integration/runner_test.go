@@ -156,7 +156,7 @@ func TestPanicGoesToDeadLetter(t *testing.T) {
 	}
 	want := map[string]string{"origin": "test", runner.HeaderAttempts: "3", runner.HeaderOriginTopic: topic,
 		runner.HeaderOriginPartition: "0", runner.HeaderOriginOffset: "4", runner.HeaderOriginKey: "k4",
-		runner.HeaderErrorType: "*runner.PanicError", runner.HeaderErrorKind: "retryable",
+		runner.HeaderErrorType: "*runner.PanicError", runner.HeaderErrorKind: "retryable", runner.HeaderGroup: group,
 		runner.HeaderOriginTimestamp: origin[4].Timestamp.Truncate(time.Millisecond).UTC().Format(time.RFC3339Nano)}
 	for _, h := range []string{runner.HeaderFirstFailure, runner.HeaderLastFailure} {
 		if _, err := time.Parse(time.RFC3339Nano, got[h]); err != nil {

@@ -42,33 +42,50 @@ func (s *Spy) Runnable() runner.Source { return WithOptional(s, s.Source) }
 
 // WithOptional returns wrapper as a runner.Source that also implements each
 // optional interface of the runner (runner.DeadLetterWriter,
-// runner.FetchLimiter) that inner, the Source it wraps, implements, so a
-// runner over it behaves as over inner: it writes dead letters through it
-// and sets its fetch limits. A wrapper that embeds runner.Source alone
-// hides them.
+// runner.FetchLimiter, runner.Grouped) that inner, the Source it wraps,
+// implements, so a runner over it behaves as over inner: it writes dead
+// letters through it, sets its fetch limits and learns its group. A
+// wrapper that embeds runner.Source alone hides them.
 func WithOptional(wrapper, inner runner.Source) runner.Source {
 	dlw, isDLW := inner.(runner.DeadLetterWriter)
 	fl, isFL := inner.(runner.FetchLimiter)
+	// Grouped is always there: a Group of "" is what the runner takes for
+	// a source without one.
+	var g groupOf
+	if gr, ok := inner.(runner.Grouped); ok {
+		g = groupOf(gr.Group())
+	}
 	switch {
 	case isDLW && isFL:
 		return struct {
 			runner.Source
 			runner.DeadLetterWriter
 			runner.FetchLimiter
-		}{wrapper, dlw, fl}
+			runner.Grouped
+		}{wrapper, dlw, fl, g}
 	case isDLW:
 		return struct {
 			runner.Source
 			runner.DeadLetterWriter
-		}{wrapper, dlw}
+			runner.Grouped
+		}{wrapper, dlw, g}
 	case isFL:
 		return struct {
 			runner.Source
 			runner.FetchLimiter
-		}{wrapper, fl}
+			runner.Grouped
+		}{wrapper, fl, g}
 	}
-	return wrapper
+	return struct {
+		runner.Source
+		runner.Grouped
+	}{wrapper, g}
 }
+
+// groupOf is a group's name as a runner.Grouped.
+type groupOf string
+
+func (g groupOf) Group() string { return string(g) }
 
 // Owned returns the partitions owned now, sorted.
 func (s *Spy) Owned() []runner.TP {

@@ -217,7 +217,9 @@ func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 func MeterProvider(p metric.MeterProvider) Option { return func(c *config) { c.meterProvider = p } }
 
 // TracerProvider sets the OpenTelemetry tracer provider. Default the global
-// one as it is when New is called (install your SDK before New).
+// one, followed as it changes: an SDK installed after New traces the next
+// record. Trace context comes from record headers through the global
+// propagator (otel.SetTextMapPropagator); none is installed by default.
 func TracerProvider(p trace.TracerProvider) Option { return func(c *config) { c.tracerProvider = p } }
 
 // OnAssign sets a hook run for each assignment report, with all of its
