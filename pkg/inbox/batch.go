@@ -550,6 +550,11 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 				if retryable(ferr) {
 					return ferr
 				}
+				if tx.Conn().IsClosed() {
+					// The effect failed because the connection is gone:
+					// the database, not the record (UnavailableError).
+					return connError("running the effect of "+it.rec.String(), ferr)
+				}
 				it.err = fmt.Errorf("inbox: effect of %s: %w", it.rec.String(), ferr)
 				return nil // the deferred rollback ends the transaction
 			}

@@ -15,6 +15,7 @@ var (
 	LockKey        = lockKey
 	DollarQuote    = dollarQuote
 	InDoubt        = inDoubt
+	ConnError      = connError
 )
 
 // DedupKeyOf returns the dedup key s gives rec.

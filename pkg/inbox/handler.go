@@ -103,6 +103,11 @@ func keyDigest(key *string) []byte {
 func (s *Store) retry(ctx context.Context, attempt func() error) error {
 	for i := 1; ; i++ {
 		err := attempt()
+		if err != nil && retryable(err) && i >= s.cfg.retries && !isCode(err, belowMarkCode) {
+			// Contention, not the record: the runner retries it later
+			// without counting the attempt.
+			return runner.Transient(fmt.Errorf("inbox: still a serialization failure or deadlock after %d attempts: %w", i, err))
+		}
 		if err == nil || !retryable(err) || i >= s.cfg.retries {
 			return err
 		}

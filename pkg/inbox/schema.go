@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidemark/tidemark/pkg/runner"
 )
 
 // The inbox's tables and objects, unqualified.
@@ -413,11 +415,42 @@ func isCode(err error, code string) bool {
 }
 
 // connError wraps an error of a call that could not reach the server, or
-// failed before any inbox statement ran, so the message says so.
+// failed before any inbox statement ran, so the message says so. An error
+// PostgreSQL answered (a *pgconn.PgError) is wrapped as it is: the runner's
+// policy counts it. Any other — the server cannot be reached, the
+// connection broke, no pooled connection came before ctx's deadline — is
+// an *UnavailableError, which the runner retries as transient.
 func connError(what string, err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		return fmt.Errorf("inbox: %s: %w", what, err)
 	}
-	return fmt.Errorf("inbox: %s: cannot use PostgreSQL: %w", what, err)
+	return &UnavailableError{What: what, Err: err, mark: &runner.TransientError{Err: err}}
+}
+
+// UnavailableError is returned by a Store's methods and handlers when
+// PostgreSQL could not be used: it could not be reached, the connection
+// broke before the transaction committed (a COMMIT whose outcome is
+// unknown is an *InDoubtError instead), or no pooled connection came
+// before ctx's deadline. Nothing was applied. It unwraps to a
+// *runner.TransientError, so the runner retries the record with backoff
+// without counting the attempt against its failure policy — a database
+// restart does not dead-letter good records — and through it to the
+// error pgx returned.
+type UnavailableError struct {
+	What string // what the Store was doing: "claiming t/0@5", "check", ...
+	Err  error
+	mark *runner.TransientError
+}
+
+func (e *UnavailableError) Error() string {
+	return "inbox: " + e.What + ": cannot use PostgreSQL: " + e.Err.Error()
+}
+
+// Unwrap returns the runner.Transient mark, which unwraps to Err.
+func (e *UnavailableError) Unwrap() error {
+	if e.mark == nil {
+		return &runner.TransientError{Err: e.Err}
+	}
+	return e.mark
 }
