@@ -98,7 +98,6 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 	if len(live) == 0 {
 		return nil
 	}
-	tp := live[0].rec.TP()
 	what := batchName(batch)
 
 	c, err := s.pool.Acquire(ctx)
@@ -122,8 +121,8 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 	if err != nil {
 		return err
 	}
-	unclaim := func(off int64) *pgx.QueuedQuery {
-		return &pgx.QueuedQuery{SQL: sc.sql.unclaim, Arguments: []any{s.group, tp.Topic, tp.Partition, off}}
+	unclaim := func(it *item) *pgx.QueuedQuery {
+		return &pgx.QueuedQuery{SQL: sc.sql.unclaim, Arguments: s.unclaimArgs(it)}
 	}
 	var prelude []*pgx.QueuedQuery // sent before the records: rollbacks and unclaims
 	var pending []queuedRecord
@@ -133,10 +132,16 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 			it.replay = true
 			continue
 		}
+		if originDecided(it) {
+			if it.err != nil {
+				prelude = append(prelude, unclaim(it))
+			}
+			continue
+		}
 		r, ferr := b.callQueued(it)
 		if ferr != nil {
 			it.err = fmt.Errorf("inbox: effect of %s: %w", it.rec.String(), ferr)
-			prelude = append(prelude, unclaim(it.rec.Offset))
+			prelude = append(prelude, unclaim(it))
 			continue
 		}
 		for _, fn := range r.fns {
@@ -253,7 +258,7 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 		if _, err := c.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepointNames[sp+failedAt]); err != nil {
 			return b.pipelineError(what, err)
 		}
-		prelude = []*pgx.QueuedQuery{unclaim(failed.it.rec.Offset)}
+		prelude = []*pgx.QueuedQuery{unclaim(failed.it)}
 		sp += failedAt + 1
 		pending = pending[failedAt+1:]
 	}
