@@ -50,6 +50,33 @@ var inboxModes = []inboxMode{
 	{"Handler batch 8", 8, perRecord(func(s *inbox.Store) runner.Handler { return s.Handler(inboxEffect("a")) })},
 	{"QueuedHandler", 1, perRecord(func(s *inbox.Store) runner.Handler { return s.QueuedHandler(inboxQueuedEffect("a")) })},
 	{"QueuedHandler batch 8", 8, perRecord(func(s *inbox.Store) runner.Handler { return s.QueuedHandler(inboxQueuedEffect("a")) })},
+	{"BatchHandler", 1, func(s *inbox.Store) func(ctx context.Context, recs ...runner.Record) []error {
+		h := s.BatchHandler(inboxBatchEffect("a", nil))
+		// One call per partition, as the runner's batches are; the
+		// partitions' calls at once.
+		return func(ctx context.Context, recs ...runner.Record) []error {
+			byTP := map[runner.TP][]int{}
+			for i, r := range recs {
+				byTP[r.TP()] = append(byTP[r.TP()], i)
+			}
+			errs := make([]error, len(recs))
+			var wg sync.WaitGroup
+			for _, idx := range byTP {
+				wg.Go(func() {
+					batch := make([]runner.Record, len(idx))
+					for j, i := range idx {
+						batch[j] = recs[i]
+					}
+					err := h(ctx, batch)
+					for _, i := range idx {
+						errs[i] = err
+					}
+				})
+			}
+			wg.Wait()
+			return errs
+		}
+	}},
 }
 
 // perRecord applies records one handler call each, concurrently (so that
@@ -66,6 +93,22 @@ func perRecord(mk func(s *inbox.Store) runner.Handler) func(s *inbox.Store) func
 			wg.Wait()
 			return errs
 		}
+	}
+}
+
+// inboxBatchEffect is inboxEffect for a BatchEffect; seen, if not nil,
+// gets each call's records.
+func inboxBatchEffect(owner string, seen func([]runner.Record)) inbox.BatchEffect {
+	return func(ctx context.Context, tx pgx.Tx, recs []runner.Record) error {
+		if seen != nil {
+			seen(recs)
+		}
+		for _, rec := range recs {
+			if err := inboxEffect(owner)(ctx, tx, rec); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 }
 

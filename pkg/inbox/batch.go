@@ -33,6 +33,9 @@ type batcher struct {
 	fn Effect
 	// queued is the QueuedEffect of a QueuedHandler, instead of fn.
 	queued QueuedEffect
+	// batchFn is the BatchEffect of a BatchHandler, instead of fn: one
+	// call for the batch's claimed records, no savepoints.
+	batchFn BatchEffect
 	// apply runs a batch a leader took and sets each item's err: b.runLed,
 	// or a stand-in in the package's tests (which have no database).
 	apply func(batch []*item)
@@ -345,8 +348,11 @@ func (b *batcher) run(ctx context.Context, batch []*item, l lease) {
 			for _, it := range batch {
 				it.err, it.applied, it.replay = nil, false, false
 			}
-			if b.queued != nil {
+			switch {
+			case b.queued != nil:
 				return b.runQueued(ctx, sc, batch, l.epoch)
+			case b.batchFn != nil:
+				return b.runBatch(ctx, sc, batch, l.epoch)
 			}
 			return b.runOnce(ctx, sc, batch, l.epoch)
 		})
@@ -385,7 +391,7 @@ func (b *batcher) run(ctx context.Context, batch []*item, l lease) {
 		}
 		s.countApplied(ctx, applied)
 		s.countReplays(ctx, replays)
-		if s.cfg.batch > 1 {
+		if s.cfg.batch > 1 || b.batchFn != nil {
 			s.countBatch(ctx, len(batch))
 		}
 		return

@@ -64,3 +64,21 @@ func TestConnErrorKinds(t *testing.T) {
 		t.Fatalf("message %q, want %q", err.Error(), want)
 	}
 }
+
+// TestBatchHandlerUnreachableIsTransient: the BatchHandler's errors are
+// classified the same way.
+func TestBatchHandlerUnreachableIsTransient(t *testing.T) {
+	s, err := inbox.New(nowhere(t), "g", inbox.Schema("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox.SetEpoch(s, runner.TP{Topic: "t"}, 1)
+	ran := false
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = s.BatchHandler(func(context.Context, pgx.Tx, []runner.Record) error { ran = true; return nil })(ctx,
+		[]runner.Record{{Topic: "t", Offset: 1}, {Topic: "t", Offset: 2}})
+	if err == nil || ran || runner.KindOf(err) != runner.TransientKind {
+		t.Fatalf("got %v (kind %v, effect ran %v), want transient", err, runner.KindOf(err), ran)
+	}
+}
