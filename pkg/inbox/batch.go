@@ -635,7 +635,7 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 				if retryable(err) {
 					return err
 				}
-				return connError("rolling back "+it.rec.String(), err)
+				return effectError(ctx, "rolling back "+it.rec.String(), err)
 			}
 			continue
 		}
@@ -651,7 +651,7 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 				if tx.Conn().IsClosed() {
 					// The effect failed because the connection is gone:
 					// the database, not the record (UnavailableError).
-					return connError("running the effect of "+it.rec.String(), ferr)
+					return effectError(ctx, "running the effect of "+it.rec.String(), ferr)
 				}
 				it.err = fmt.Errorf("inbox: effect of %s: %w", it.rec.String(), ferr)
 				return nil // the deferred rollback ends the transaction
@@ -675,7 +675,7 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 		var err error
 		switch etx.state {
 		case spFailed:
-			return connError("savepoint for "+it.rec.String(), ferr)
+			return effectError(ctx, "savepoint for "+it.rec.String(), ferr)
 		case spEstablished:
 			// Over the simple protocol, in one round trip: if a statement
 			// of the effect failed, the transaction is aborted until the
@@ -691,7 +691,7 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 			if retryable(err) {
 				return err
 			}
-			return connError("rolling back "+it.rec.String(), err)
+			return effectError(ctx, "rolling back "+it.rec.String(), err)
 		}
 		it.err = fmt.Errorf("inbox: effect of %s: %w", it.rec.String(), ferr)
 	}

@@ -160,7 +160,7 @@ func (b *batcher) runBatch(ctx context.Context, sc *schema, batch []*item, epoch
 					if retryable(err) {
 						return err
 					}
-					return connError("rolling back "+it.rec.String(), err)
+					return effectError(ctx, "rolling back "+it.rec.String(), err)
 				}
 			}
 			continue
@@ -177,7 +177,7 @@ func (b *batcher) runBatch(ctx context.Context, sc *schema, batch []*item, epoch
 			case retryable(ferr):
 				return ferr
 			case tx.Conn().IsClosed():
-				return connError("running the batch effect of "+batchName(batch), ferr)
+				return effectError(ctx, "running the batch effect of "+batchName(batch), ferr)
 			}
 			return fmt.Errorf("inbox: batch effect of %s (%d records): %w", batchName(batch), len(recs), ferr)
 		}

@@ -188,7 +188,7 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 				}
 				return b.commitFailed(ctx, sc, what, epoch, xid, err, live)
 			}
-			return b.pipelineError(what, err)
+			return b.pipelineError(ctx, what, err)
 		}
 		failedAt, ferr := -1, error(nil)
 		for range prelude {
@@ -232,7 +232,7 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 		}
 		if failedAt < 0 {
 			if err := pr.Close(); err != nil {
-				return b.pipelineError(what, err)
+				return b.pipelineError(ctx, what, err)
 			}
 			break
 		}
@@ -256,7 +256,7 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 		// rollback, and pgx could not prepare the next pipeline's new
 		// statements before it.
 		if _, err := c.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepointNames[sp+failedAt]); err != nil {
-			return b.pipelineError(what, err)
+			return b.pipelineError(ctx, what, err)
 		}
 		prelude = []*pgx.QueuedQuery{unclaim(failed.it)}
 		sp += failedAt + 1
@@ -272,10 +272,10 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 // pipelineError is the batch's error when a pipeline failed other than by a
 // record's statement: a serialization failure or deadlock (run again), or
 // the connection.
-func (b *batcher) pipelineError(what string, err error) error {
+func (b *batcher) pipelineError(ctx context.Context, what string, err error) error {
 	var pe *pgconn.PgError
-	if retryable(err) || errors.As(err, &pe) {
+	if retryable(err) || (errors.As(err, &pe) && !sessionEnded(pe)) {
 		return err
 	}
-	return connError("running the batch of "+what, err)
+	return effectError(ctx, "running the batch of "+what, err)
 }

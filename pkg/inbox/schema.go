@@ -475,16 +475,50 @@ func isCode(err error, code string) bool {
 
 // connError wraps an error of a call that could not reach the server, or
 // failed before any inbox statement ran, so the message says so. An error
-// PostgreSQL answered (a *pgconn.PgError) is wrapped as it is: the runner's
-// policy counts it. Any other — the server cannot be reached, the
-// connection broke, no pooled connection came before ctx's deadline — is
-// an *UnavailableError, which the runner retries as transient.
+// PostgreSQL answered (a *pgconn.PgError) is wrapped as it is — the
+// runner's policy counts it — unless it says the session ended or the
+// server cannot serve (sessionEnded). Any other — the server cannot be
+// reached, the connection broke, no pooled connection came before ctx's
+// deadline — is an *UnavailableError, which the runner retries as
+// transient.
 func connError(what string, err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
+	if errors.As(err, &pe) && !sessionEnded(pe) {
 		return fmt.Errorf("inbox: %s: %w", what, err)
 	}
 	return &UnavailableError{What: what, Err: err, mark: &runner.TransientError{Err: err}}
+}
+
+// sessionEnded reports whether PostgreSQL's answer says the server, not
+// the statement, is the trouble: the session ended (FATAL, PANIC: a
+// shutdown or crash terminated the backends, 57P01 and 57P02), the server
+// is starting or in recovery (57P03), it has no connection slot left
+// (53300), or the connection failed (class 08). A statement timeout or a
+// cancel (57014) is not among them: it is the statement's.
+func sessionEnded(pe *pgconn.PgError) bool {
+	switch {
+	case pe.Severity == "FATAL" || pe.Severity == "PANIC":
+		return true
+	case strings.HasPrefix(pe.Code, "08"):
+		return true
+	}
+	switch pe.Code {
+	case "57P01", "57P02", "57P03", "53300":
+		return true
+	}
+	return false
+}
+
+// effectError is connError for a failure once the effects have begun:
+// when ctx has ended — the records' handler timeout passed, or their
+// callers gave up — the failure is theirs, not the database's, and counts
+// against the runner's policy: an effect that always outlives its timeout
+// is a poison record the policy must be able to give up.
+func effectError(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("inbox: %s: %w", what, err)
+	}
+	return connError(what, err)
 }
 
 // UnavailableError is returned by a Store's methods and handlers when
