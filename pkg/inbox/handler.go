@@ -42,9 +42,17 @@ type Effect func(ctx context.Context, tx pgx.Tx, rec runner.Record) error
 //
 // A FencedError wraps runner.ErrFenced: the runner neither completes nor
 // retries the record. A serialization failure or deadlock runs the whole
-// transaction again, up to Retries times with a short jittered backoff;
-// any other error (fn's, wrapped with the record's name, or the
-// database's) goes back to the runner's failure policy. An fn that panics
+// transaction again, up to Retries times with a short jittered backoff
+// (then it is marked runner.Transient); a database that cannot be used is
+// an *UnavailableError (runner.Transient: retried without counting); any
+// other error (fn's, wrapped with the record's name, or one PostgreSQL
+// answered) goes back to the runner's failure policy.
+//
+// A redriven dead letter — a record with the runner's origin headers — is
+// also a replay when its origin record was applied (or redriven before),
+// and otherwise records its origin with its own row, so that the next
+// redrive is a replay (see docs/inbox.md, "Redrive"; OriginBelowMarkError
+// for an origin retention pruned). An fn that panics
 // leaves its transaction rolled back and the panic to the runner.
 //
 // With Batch(n) > 1, records of the same partition in flight at once share
