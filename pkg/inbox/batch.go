@@ -285,10 +285,17 @@ func (b *batcher) take(it *item, p *pending) []*item {
 	// effect then rolled back to its savepoint. In separate transactions the
 	// second waits for the first's row and claims the key if it rolled back.
 	// The same holds for two redrives of one origin (see origin.go).
-	keys := map[string]bool{}
-	for _, k := range it.keys() {
-		keys[k] = true
+	// keys stays nil (no allocation) while no record has one.
+	var keys map[string]bool
+	add := func(ks []string) {
+		for _, k := range ks {
+			if keys == nil {
+				keys = map[string]bool{}
+			}
+			keys[k] = true
+		}
 	}
+	add(it.keys())
 	rest := p.queue[:0]
 	for _, q := range p.queue {
 		qk := q.keys()
@@ -300,9 +307,7 @@ func (b *batcher) take(it *item, p *pending) []*item {
 			rest = append(rest, q)
 			continue
 		}
-		for _, k := range qk {
-			keys[k] = true
-		}
+		add(qk)
 		q.state = itemTaken
 		batch = append(batch, q)
 	}
