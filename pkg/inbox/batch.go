@@ -530,7 +530,12 @@ func (s *Store) claim(ctx context.Context, conn batchSender, sc *schema, batch, 
 	)
 	_, err = br.Exec() // BEGIN
 	if err == nil && redrive {
-		err = br.QueryRow().Scan(&current, (*[]int64)(&rows), &xid, &originsIn, &originsBelow)
+		// Scanned into a variable of this branch: the addresses of
+		// originsIn and originsBelow would move them to the heap on every
+		// claim, also those without an origin.
+		var o struct{ in, below []int64 }
+		err = br.QueryRow().Scan(&current, (*[]int64)(&rows), &xid, &o.in, &o.below)
+		originsIn, originsBelow = o.in, o.below
 	} else if err == nil && len(live) == 1 {
 		err = br.QueryRow().Scan(&current, &one, &xid)
 		if one {
