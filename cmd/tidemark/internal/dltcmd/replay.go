@@ -69,7 +69,8 @@ offsets) up to its end when the command starts, and sends each chosen record
 with its key, value and headers — the tidemark-origin-* headers kept, the
 failure headers (tidemark-error*, -attempts, -first/last-failure, -group)
 dropped — with acks=all and an idempotent producer, in --from's order per
-partition. A pkg/inbox handler recognises a republished record by its
+partition, partitioned by key as any producer does, with a new timestamp
+(the original is in tidemark-origin-timestamp). A pkg/inbox handler recognises a republished record by its
 origin headers: one whose origin was applied (or was redriven before) is a
 replay, so replaying twice applies nothing twice.
 
