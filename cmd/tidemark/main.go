@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/tidemark/tidemark/cmd/tidemark/internal/dltcmd"
 	"github.com/tidemark/tidemark/cmd/tidemark/internal/inboxcmd"
 	"github.com/tidemark/tidemark/cmd/tidemark/internal/lab"
 )
@@ -19,6 +20,7 @@ commands:
   lab offsets     replay a watermark trace: which offset is safe to commit
   inbox migrate   create or upgrade the inbox's PostgreSQL tables
   inbox leases    list a group's partition leases; reset them (--reset --yes)
+  dlt replay      republish dead letters to their topic (redrive)
 
 Run "tidemark <command> -h" (for example "tidemark inbox leases -h") for its flags.
 `
@@ -32,6 +34,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return inboxcmd.Migrate(args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "inbox" && args[1] == "leases":
 		return inboxcmd.Leases(args[2:], stdout, stderr)
+	case len(args) >= 2 && args[0] == "dlt" && args[1] == "replay":
+		return dltcmd.Replay(args[2:], stdout, stderr)
 	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
 		fmt.Fprint(stdout, usage)
 		return lab.ExitOK

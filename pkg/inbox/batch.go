@@ -33,6 +33,9 @@ type batcher struct {
 	fn Effect
 	// queued is the QueuedEffect of a QueuedHandler, instead of fn.
 	queued QueuedEffect
+	// batchFn is the BatchEffect of a BatchHandler, instead of fn: one
+	// call for the batch's claimed records, no savepoints.
+	batchFn BatchEffect
 	// apply runs a batch a leader took and sets each item's err: b.runLed,
 	// or a stand-in in the package's tests (which have no database).
 	apply func(batch []*item)
@@ -63,11 +66,14 @@ const (
 
 // item is one handler call waiting in a batch.
 type item struct {
-	ctx   context.Context
-	rec   runner.Record
-	key   *string
-	state itemState  // guarded by batcher.mu
-	res   chan error // capacity 1: its result, or errLead; nil for Batch 1
+	ctx    context.Context
+	rec    runner.Record
+	key    *string
+	origin *origin // the record first consumed, for a redriven dead letter
+	// originState is what the claim learned of origin.
+	originState originState
+	state       itemState  // guarded by batcher.mu
+	res         chan error // capacity 1: its result, or errLead; nil for Batch 1
 
 	// Set by the leader while it runs the batch.
 	err     error
@@ -108,7 +114,11 @@ func (b *batcher) handle(ctx context.Context, rec runner.Record) error {
 	if done, err := b.s.settled(ctx, &rec); done || err != nil {
 		return err
 	}
-	it := &item{ctx: ctx, rec: rec, key: b.s.dedupKey(&rec)}
+	or, err := originOf(&rec)
+	if err != nil {
+		return err
+	}
+	it := &item{ctx: ctx, rec: rec, key: b.s.dedupKey(&rec), origin: or}
 	if b.s.cfg.batch <= 1 {
 		// Nothing to wait for and no one to answer: the record's batch of
 		// one runs here, under its own ctx, at the lease it was given.
@@ -274,29 +284,50 @@ func (b *batcher) take(it *item, p *pending) []*item {
 	// for a replay of the first — and reported done — even if the first's
 	// effect then rolled back to its savepoint. In separate transactions the
 	// second waits for the first's row and claims the key if it rolled back.
+	// The same holds for two redrives of one origin (see origin.go).
+	// keys stays nil (no allocation) while no record has one.
 	var keys map[string]bool
-	if it.key != nil {
-		keys = map[string]bool{*it.key: true}
+	add := func(ks []string) {
+		for _, k := range ks {
+			if keys == nil {
+				keys = map[string]bool{}
+			}
+			keys[k] = true
+		}
 	}
+	add(it.keys())
 	rest := p.queue[:0]
 	for _, q := range p.queue {
-		dup := q.key != nil && keys[*q.key]
+		qk := q.keys()
+		dup := false
+		for _, k := range qk {
+			dup = dup || keys[k]
+		}
 		if len(batch) == b.s.cfg.batch || dup {
 			rest = append(rest, q)
 			continue
 		}
-		if q.key != nil {
-			if keys == nil {
-				keys = map[string]bool{}
-			}
-			keys[*q.key] = true
-		}
+		add(qk)
 		q.state = itemTaken
 		batch = append(batch, q)
 	}
 	clear(p.queue[len(rest):])
 	p.queue = rest
 	return batch
+}
+
+// keys are the identities of it that no other record of its batch may
+// share: its dedup key and its origin. Most records have neither.
+func (it *item) keys() []string {
+	switch {
+	case it.key == nil && it.origin == nil:
+		return nil
+	case it.origin == nil:
+		return []string{*it.key}
+	case it.key == nil:
+		return []string{it.origin.key()}
+	}
+	return []string{*it.key, it.origin.key()}
 }
 
 // runLed runs a batch a leader took, under a context that ends only when
@@ -322,8 +353,11 @@ func (b *batcher) run(ctx context.Context, batch []*item, l lease) {
 			for _, it := range batch {
 				it.err, it.applied, it.replay = nil, false, false
 			}
-			if b.queued != nil {
+			switch {
+			case b.queued != nil:
 				return b.runQueued(ctx, sc, batch, l.epoch)
+			case b.batchFn != nil:
+				return b.runBatch(ctx, sc, batch, l.epoch)
 			}
 			return b.runOnce(ctx, sc, batch, l.epoch)
 		})
@@ -362,7 +396,7 @@ func (b *batcher) run(ctx context.Context, batch []*item, l lease) {
 		}
 		s.countApplied(ctx, tp.Topic, applied)
 		s.countReplays(ctx, tp.Topic, replays)
-		if s.cfg.batch > 1 {
+		if s.cfg.batch > 1 || b.batchFn != nil {
 			s.countBatch(ctx, tp.Topic, len(batch))
 		}
 		return
@@ -463,10 +497,24 @@ func (s *Store) claim(ctx context.Context, conn batchSender, sc *schema, batch, 
 	tp := live[0].rec.TP()
 	pb := &pgx.Batch{}
 	pb.BeginTx(s.cfg.txOptions)
-	if len(live) == 1 {
+	redrive := slices.ContainsFunc(live, func(it *item) bool { return it.origin != nil })
+	var originsIn, originsBelow []int64
+	switch {
+	case redrive:
+		n := len(live)
+		offs, keys := make([]int64, n), make([][]byte, n)
+		ots, ops, oos := make([]*string, n), make([]*int32, n), make([]*int64, n)
+		for i, it := range live {
+			offs[i], keys[i] = it.rec.Offset, keyDigest(it.key)
+			if o := it.origin; o != nil {
+				ots[i], ops[i], oos[i] = &o.topic, &o.partition, &o.offset
+			}
+		}
+		pb.Queue(sc.sql.claimRedrive, s.group, tp.Topic, tp.Partition, offs, keys, epoch, ots, ops, oos)
+	case len(live) == 1:
 		it := live[0]
 		pb.Queue(sc.sql.claim, s.group, tp.Topic, tp.Partition, it.rec.Offset, epoch, keyDigest(it.key))
-	} else {
+	default:
 		offs := make([]int64, len(live))
 		keys := make([][]byte, len(live))
 		for i, it := range live {
@@ -481,7 +529,14 @@ func (s *Store) claim(ctx context.Context, conn batchSender, sc *schema, batch, 
 		one     bool
 	)
 	_, err = br.Exec() // BEGIN
-	if err == nil && len(live) == 1 {
+	if err == nil && redrive {
+		// Scanned into a variable of this branch: the addresses of
+		// originsIn and originsBelow would move them to the heap on every
+		// claim, also those without an origin.
+		var o struct{ in, below []int64 }
+		err = br.QueryRow().Scan(&current, (*[]int64)(&rows), &xid, &o.in, &o.below)
+		originsIn, originsBelow = o.in, o.below
+	} else if err == nil && len(live) == 1 {
 		err = br.QueryRow().Scan(&current, &one, &xid)
 		if one {
 			rows = claimed{live[0].rec.Offset}
@@ -502,7 +557,46 @@ func (s *Store) claim(ctx context.Context, conn batchSender, sc *schema, batch, 
 	case current == nil || *current != epoch:
 		return tx, nil, 0, &FencedError{Record: batchName(batch), Epoch: epoch, Current: deref(current)}
 	}
+	for _, it := range live {
+		it.originState = originNone
+		switch {
+		case it.origin == nil || !slices.Contains(rows, it.rec.Offset):
+		case slices.Contains(originsIn, it.rec.Offset):
+			it.originState = originClaimed
+		case slices.Contains(originsBelow, it.rec.Offset):
+			it.originState = originBelow
+		default:
+			it.originState = originApplied
+		}
+	}
 	return tx, rows, xid, nil
+}
+
+// originDecided handles a claimed record whose origin the claim found
+// applied (a replay) or undecidable (its error); it reports whether it did,
+// and then the record's own row must not stand for an applied effect: a
+// replay's may (it records the offset as consumed), an undecidable one's
+// is for the caller to delete (unclaimArgs) or roll back.
+func originDecided(it *item) bool {
+	switch it.originState {
+	case originApplied:
+		it.replay = true
+		return true
+	case originBelow:
+		it.err = &OriginBelowMarkError{Record: it.rec.String(), Origin: it.origin.String()}
+		return true
+	}
+	return false
+}
+
+// unclaimArgs are the arguments of the unclaim statement for it: its own
+// row and the origin row it claimed, if any.
+func (s *Store) unclaimArgs(it *item) []any {
+	args := []any{s.group, it.rec.Topic, it.rec.Partition, it.rec.Offset, nil, nil, nil}
+	if o := it.origin; o != nil {
+		args[4], args[5], args[6] = o.topic, o.partition, o.offset
+	}
+	return args
 }
 
 // runOnce runs the batch's transaction once. It returns an error for the
@@ -526,7 +620,6 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 	if len(live) == 0 {
 		return nil
 	}
-	tp := live[0].rec.TP()
 	tx, rows, xid, err := s.claim(ctx, s.pool, sc, batch, live, epoch)
 	// After Commit this is a no-op; on every other path it ends the
 	// transaction and gives the connection back (also when fn panics).
@@ -541,6 +634,21 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 			it.replay = true
 			continue
 		}
+		if originDecided(it) {
+			if it.err == nil {
+				continue // a replay of its origin
+			}
+			if !savepoints {
+				return nil // the deferred rollback ends the transaction
+			}
+			if _, err := tx.Exec(ctx, sc.sql.unclaim, s.unclaimArgs(it)...); err != nil {
+				if retryable(err) {
+					return err
+				}
+				return effectError(ctx, "rolling back "+it.rec.String(), err)
+			}
+			continue
+		}
 		// A record claimed in this transaction runs even if its caller
 		// has given up meanwhile: the effect commits with its row, and
 		// the caller's replay finds the row.
@@ -549,6 +657,11 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 			if ferr := b.call(ctx, tx, it); ferr != nil {
 				if retryable(ferr) {
 					return ferr
+				}
+				if tx.Conn().IsClosed() {
+					// The effect failed because the connection is gone:
+					// the database, not the record (UnavailableError).
+					return effectError(ctx, "running the effect of "+it.rec.String(), ferr)
 				}
 				it.err = fmt.Errorf("inbox: effect of %s: %w", it.rec.String(), ferr)
 				return nil // the deferred rollback ends the transaction
@@ -572,7 +685,7 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 		var err error
 		switch etx.state {
 		case spFailed:
-			return connError("savepoint for "+it.rec.String(), ferr)
+			return effectError(ctx, "savepoint for "+it.rec.String(), ferr)
 		case spEstablished:
 			// Over the simple protocol, in one round trip: if a statement
 			// of the effect failed, the transaction is aborted until the
@@ -580,15 +693,15 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 			// prepared on this connection yet (an aborted transaction
 			// refuses Parse too).
 			_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+etx.name+"; "+sc.sql.unclaim,
-				pgx.QueryExecModeSimpleProtocol, s.group, tp.Topic, tp.Partition, it.rec.Offset)
+				append([]any{pgx.QueryExecModeSimpleProtocol}, s.unclaimArgs(it)...)...)
 		default:
-			_, err = tx.Exec(ctx, sc.sql.unclaim, s.group, tp.Topic, tp.Partition, it.rec.Offset)
+			_, err = tx.Exec(ctx, sc.sql.unclaim, s.unclaimArgs(it)...)
 		}
 		if err != nil {
 			if retryable(err) {
 				return err
 			}
-			return connError("rolling back "+it.rec.String(), err)
+			return effectError(ctx, "rolling back "+it.rec.String(), err)
 		}
 		it.err = fmt.Errorf("inbox: effect of %s: %w", it.rec.String(), ferr)
 	}

@@ -39,6 +39,16 @@
 //   - An effect that only sends statements can be a QueuedEffect
 //     (QueuedHandler): a batch of them is one pipeline, about three round
 //     trips whatever its size.
+//   - A runner batch handler (HandleBatch) gets BatchHandler: one
+//     transaction per batch, the replays taken out before the BatchEffect.
+//   - A redriven dead letter (`tidemark dlt replay`) is deduplicated
+//     against its origin record too, by its tidemark-origin-* headers; an
+//     origin below its partition's applied mark with its row pruned is
+//     refused (OriginBelowMarkError, permanent): keep rows with RetainFor
+//     for as long as you may redrive.
+//   - An error that means PostgreSQL cannot be used is an
+//     UnavailableError, marked runner.Transient: the runner retries it
+//     without counting, so an outage does not dead-letter good records.
 //
 // docs/inbox.md explains the model, the schema and why the fencing holds.
 package inbox

@@ -47,3 +47,24 @@ func Example() {
 		log.Fatal(err)
 	}
 }
+
+// A batch handler: one transaction per batch of one partition's records,
+// the records applied before taken out first. Register it with the
+// runner's HandleBatch. RetainFor keeps a week of rows, so dead letters
+// redriven within a week (`tidemark dlt replay`) are decided from them.
+func ExampleStore_BatchHandler() {
+	var pool *pgxpool.Pool // pgxpool.New(ctx, dsn)
+	store, err := inbox.New(pool, "orders-svc", inbox.RetainFor(7*24*time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var h runner.BatchHandler = store.BatchHandler(func(ctx context.Context, tx pgx.Tx, recs []runner.Record) error {
+		rows := make([][]any, len(recs))
+		for i, r := range recs {
+			rows[i] = []any{r.Key, r.Value}
+		}
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"orders"}, []string{"id", "body"}, pgx.CopyFromRows(rows))
+		return err
+	})
+	_ = h
+}

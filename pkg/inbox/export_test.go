@@ -15,7 +15,18 @@ var (
 	LockKey        = lockKey
 	DollarQuote    = dollarQuote
 	InDoubt        = inDoubt
+	ConnError      = connError
 )
+
+// OriginOf returns the origin rec's headers name ("" for none), or the
+// error the handlers return for them.
+func OriginOf(rec *runner.Record) (string, error) {
+	o, err := originOf(rec)
+	if o == nil {
+		return "", err
+	}
+	return o.String(), err
+}
 
 // DedupKeyOf returns the dedup key s gives rec.
 var DedupKeyOf = (*Store).dedupKey

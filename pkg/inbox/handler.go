@@ -42,9 +42,17 @@ type Effect func(ctx context.Context, tx pgx.Tx, rec runner.Record) error
 //
 // A FencedError wraps runner.ErrFenced: the runner neither completes nor
 // retries the record. A serialization failure or deadlock runs the whole
-// transaction again, up to Retries times with a short jittered backoff;
-// any other error (fn's, wrapped with the record's name, or the
-// database's) goes back to the runner's failure policy. An fn that panics
+// transaction again, up to Retries times with a short jittered backoff
+// (then it is marked runner.Transient); a database that cannot be used is
+// an *UnavailableError (runner.Transient: retried without counting); any
+// other error (fn's, wrapped with the record's name, or one PostgreSQL
+// answered) goes back to the runner's failure policy.
+//
+// A redriven dead letter — a record with the runner's origin headers — is
+// also a replay when its origin record was applied (or redriven before),
+// and otherwise records its origin with its own row, so that the next
+// redrive is a replay (see docs/inbox.md, "Redrive"; OriginBelowMarkError
+// for an origin retention pruned). An fn that panics
 // leaves its transaction rolled back and the panic to the runner.
 //
 // With Batch(n) > 1, records of the same partition in flight at once share
@@ -104,6 +112,11 @@ func keyDigest(key *string) []byte {
 func (s *Store) retry(ctx context.Context, topic string, attempt func() error) error {
 	for i := 1; ; i++ {
 		err := attempt()
+		if err != nil && retryable(err) && i >= s.cfg.retries && !isCode(err, belowMarkCode) {
+			// Contention, not the record: the runner retries it later
+			// without counting the attempt.
+			return runner.Transient(fmt.Errorf("inbox: still a serialization failure or deadlock after %d attempts: %w", i, err))
+		}
 		if err == nil || !retryable(err) || i >= s.cfg.retries {
 			return err
 		}

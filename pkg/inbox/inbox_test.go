@@ -58,6 +58,8 @@ func TestNewValidates(t *testing.T) {
 		{"empty header", pool, "g", []inbox.Option{inbox.DedupHeader("")}, "DedupHeader"},
 		{"negative replay limit", pool, "g", []inbox.Option{inbox.ReplayLimit(-1)}, "ReplayLimit"},
 		{"batch 0", pool, "g", []inbox.Option{inbox.Batch(0)}, "Batch"},
+		{"migrate to 0", pool, "g", []inbox.Option{inbox.MigrateTo(0)}, "MigrateTo"},
+		{"migrate past this build", pool, "g", []inbox.Option{inbox.MigrateTo(inbox.SchemaVersion + 1)}, "MigrateTo"},
 		{"batch 65", pool, "g", []inbox.Option{inbox.Batch(65)}, "Batch"},
 		{"negative batch wait", pool, "g", []inbox.Option{inbox.BatchWait(-time.Second)}, "BatchWait"},
 		{"retries 0", pool, "g", []inbox.Option{inbox.Retries(0)}, "Retries"},

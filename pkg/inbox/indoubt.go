@@ -260,7 +260,9 @@ func (s *Store) resolveCommit(ctx context.Context, sc *schema, what string, xid 
 		s.log.Info("inbox: a COMMIT's answer was lost; the transaction committed", "records", what, "xid", xid, "cause", cause)
 		return true, nil
 	case xactAborted:
-		return false, connError("committing "+what+" (its answer was lost; the transaction rolled back)", cause)
+		// Rolled back because ctx ended (the handler timeout passed while
+		// the effects ran): the records', not the database's (effectError).
+		return false, effectError(ctx, "committing "+what+" (its answer was lost; the transaction rolled back)", cause)
 	}
 	for _, rec := range recs {
 		s.doubts.add(rec, xid)

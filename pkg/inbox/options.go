@@ -30,6 +30,7 @@ type config struct {
 	dedupWindow    time.Duration
 	pruneBatch     int
 	inDoubtTimeout time.Duration
+	migrateTo      int
 	logger         *slog.Logger
 	meterProvider  metric.MeterProvider
 	errs           []*ConfigError // from the options themselves; the first is reported
@@ -199,6 +200,20 @@ func PruneBatch(n int) Option { return func(c *config) { c.pruneBatch = n } }
 // cannot be reached), an *InDoubtError, which the runner retries whatever
 // its policy — never dead-lettered or skipped. Default 5s.
 func InDoubtTimeout(d time.Duration) Option { return func(c *config) { c.inDoubtTimeout = d } }
+
+// MigrateTo makes Migrate stop at schema version v instead of
+// SchemaVersion: to stage an upgrade (migrate, run the older build, then
+// migrate the rest), and to test the upgrade path. Migrations are never
+// undone: a schema already past v is left as it is. A Store needs
+// SchemaVersion (Check). Only Migrate reads it. Default SchemaVersion.
+func MigrateTo(v int) Option {
+	return func(c *config) {
+		if v < 1 || v > SchemaVersion {
+			c.errs = append(c.errs, &ConfigError{Option: "MigrateTo", Reason: fmt.Sprintf("version %d is not within 1..%d", v, SchemaVersion)})
+		}
+		c.migrateTo = v
+	}
+}
 
 // Logger sets the structured logger. Default slog.Default().
 func Logger(l *slog.Logger) Option {

@@ -98,7 +98,6 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 	if len(live) == 0 {
 		return nil
 	}
-	tp := live[0].rec.TP()
 	what := batchName(batch)
 
 	c, err := s.pool.Acquire(ctx)
@@ -122,8 +121,8 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 	if err != nil {
 		return err
 	}
-	unclaim := func(off int64) *pgx.QueuedQuery {
-		return &pgx.QueuedQuery{SQL: sc.sql.unclaim, Arguments: []any{s.group, tp.Topic, tp.Partition, off}}
+	unclaim := func(it *item) *pgx.QueuedQuery {
+		return &pgx.QueuedQuery{SQL: sc.sql.unclaim, Arguments: s.unclaimArgs(it)}
 	}
 	var prelude []*pgx.QueuedQuery // sent before the records: rollbacks and unclaims
 	var pending []queuedRecord
@@ -133,10 +132,16 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 			it.replay = true
 			continue
 		}
+		if originDecided(it) {
+			if it.err != nil {
+				prelude = append(prelude, unclaim(it))
+			}
+			continue
+		}
 		r, ferr := b.callQueued(it)
 		if ferr != nil {
 			it.err = fmt.Errorf("inbox: effect of %s: %w", it.rec.String(), ferr)
-			prelude = append(prelude, unclaim(it.rec.Offset))
+			prelude = append(prelude, unclaim(it))
 			continue
 		}
 		for _, fn := range r.fns {
@@ -183,7 +188,7 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 				}
 				return b.commitFailed(ctx, sc, what, epoch, xid, err, live)
 			}
-			return b.pipelineError(what, err)
+			return b.pipelineError(ctx, what, err)
 		}
 		failedAt, ferr := -1, error(nil)
 		for range prelude {
@@ -227,7 +232,7 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 		}
 		if failedAt < 0 {
 			if err := pr.Close(); err != nil {
-				return b.pipelineError(what, err)
+				return b.pipelineError(ctx, what, err)
 			}
 			break
 		}
@@ -251,9 +256,9 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 		// rollback, and pgx could not prepare the next pipeline's new
 		// statements before it.
 		if _, err := c.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepointNames[sp+failedAt]); err != nil {
-			return b.pipelineError(what, err)
+			return b.pipelineError(ctx, what, err)
 		}
-		prelude = []*pgx.QueuedQuery{unclaim(failed.it.rec.Offset)}
+		prelude = []*pgx.QueuedQuery{unclaim(failed.it)}
 		sp += failedAt + 1
 		pending = pending[failedAt+1:]
 	}
@@ -267,10 +272,10 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 // pipelineError is the batch's error when a pipeline failed other than by a
 // record's statement: a serialization failure or deadlock (run again), or
 // the connection.
-func (b *batcher) pipelineError(what string, err error) error {
+func (b *batcher) pipelineError(ctx context.Context, what string, err error) error {
 	var pe *pgconn.PgError
-	if retryable(err) || errors.As(err, &pe) {
+	if retryable(err) || (errors.As(err, &pe) && !sessionEnded(pe)) {
 		return err
 	}
-	return connError("running the batch of "+what, err)
+	return effectError(ctx, "running the batch of "+what, err)
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidemark/tidemark/pkg/runner"
 )
 
 // The inbox's tables and objects, unqualified.
@@ -256,6 +258,64 @@ ALTER TABLE ` + n.inbox + ` ENABLE ALWAYS TRIGGER ` + pgx.Identifier{inboxTable 
 `
 		},
 	},
+
+	{
+		version:     3,
+		description: "origin rows: a redriven dead letter recorded under the coordinates of the record first consumed",
+		sql: func(n names) string {
+			return `
+-- An origin row is an inbox row at the coordinates of a dead letter's
+-- origin record (its tidemark-origin-* headers), written in the
+-- transaction of the redriven record that applied it, beside that
+-- record's own row. Being an inbox row of the origin partition, it makes
+-- a second redrive, and the origin record itself consumed again, a
+-- replay; and the origin partition's retention prunes it like any row.
+-- via_* name the redriven record; NULL on every other row.
+ALTER TABLE ` + n.inbox + ` ADD COLUMN via_topic text;
+ALTER TABLE ` + n.inbox + ` ADD COLUMN via_partition integer;
+ALTER TABLE ` + n.inbox + ` ADD COLUMN via_offset bigint;
+COMMENT ON COLUMN ` + n.inbox + `.via_topic IS 'tidemark: on an origin row, the topic of the redriven record that applied it (with via_partition, via_offset); NULL otherwise';
+
+-- The fence, as in version 2, except for origin rows: an origin row is
+-- written under the lease of the partition the redriven record came from,
+-- not of the origin's partition (another member may own that one), and it
+-- commits only with that record's own row, which the fence checks. So an
+-- origin row is not checked against the origin partition's lease, nor its
+-- applied mark (the claim looked at the mark; a prune that raised it
+-- meanwhile has no row of it to delete).
+CREATE OR REPLACE FUNCTION ` + n.fence + `() RETURNS trigger LANGUAGE plpgsql AS ` + dollarQuote(`
+DECLARE
+	current bigint;
+	below   bigint;
+BEGIN
+	IF NEW.via_topic IS NOT NULL THEN
+		RETURN NULL;
+	END IF;
+	IF current_setting('transaction_isolation') = 'read committed' THEN
+		PERFORM pg_advisory_xact_lock_shared(`+leaseKeySQL+`);
+		SELECT l.epoch, l.applied_below INTO current, below FROM `+n.lease+` l
+		 WHERE l.group_id = NEW.group_id AND l.topic = NEW.topic AND l.partition = NEW.partition;
+	ELSE
+		SELECT l.epoch, l.applied_below INTO current, below FROM `+n.lease+` l
+		 WHERE l.group_id = NEW.group_id AND l.topic = NEW.topic AND l.partition = NEW.partition
+		   FOR SHARE;
+	END IF;
+	IF current IS DISTINCT FROM NEW.epoch THEN
+		RAISE EXCEPTION USING ERRCODE = '`+fencedCode+`',
+			MESSAGE = format('tidemark inbox: fenced: %s/%s@%s was applied under lease epoch %s, the partition''s lease is at epoch %s',
+				NEW.topic, NEW.partition, NEW."offset", NEW.epoch, coalesce(current::text, 'none'));
+	END IF;
+	IF NEW."offset" < below THEN
+		RAISE EXCEPTION USING ERRCODE = '`+belowMarkCode+`',
+			MESSAGE = format('tidemark inbox: replay: %s/%s@%s is below the partition''s applied mark %s',
+				NEW.topic, NEW.partition, NEW."offset", below);
+	END IF;
+	RETURN NULL;
+END
+`) + `;
+`
+		},
+	},
 }
 
 // leaseKeySQL is the advisory lock key of NEW's partition, in the fence and
@@ -266,14 +326,15 @@ const leaseKeySQL = `hashtextextended(NEW.group_id || '/' || NEW.topic || '/' ||
 
 // SchemaVersion is the schema version this build writes and needs: the
 // version of its last migration.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // ErrNotMigrated is returned, wrapped, by Check and by the assign hook when
 // the inbox's tables are missing or older than this build needs.
 var ErrNotMigrated = errors.New("inbox: schema not migrated")
 
-// Migrate creates or upgrades the inbox's tables to SchemaVersion. Only
-// the Schema and Logger options matter here. It is idempotent and safe to
+// Migrate creates or upgrades the inbox's tables to SchemaVersion (or
+// MigrateTo's version). Only the Schema, Logger and MigrateTo options
+// matter here. It is idempotent and safe to
 // run from many replicas at once: the migrations run in one transaction
 // under a transaction-scoped advisory lock, so one replica applies them and
 // the others then find them applied. It returns nil when nothing was left
@@ -360,7 +421,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, n names, cfg config) ([]in
 	}
 	var applied []int
 	for _, m := range migrations {
-		if m.version <= current {
+		if m.version <= current || (cfg.migrateTo > 0 && m.version > cfg.migrateTo) {
 			continue
 		}
 		if _, err := tx.Exec(ctx, m.sql(n)); err != nil {
@@ -413,11 +474,76 @@ func isCode(err error, code string) bool {
 }
 
 // connError wraps an error of a call that could not reach the server, or
-// failed before any inbox statement ran, so the message says so.
+// failed before any inbox statement ran, so the message says so. An error
+// PostgreSQL answered (a *pgconn.PgError) is wrapped as it is — the
+// runner's policy counts it — unless it says the session ended or the
+// server cannot serve (sessionEnded). Any other — the server cannot be
+// reached, the connection broke, no pooled connection came before ctx's
+// deadline — is an *UnavailableError, which the runner retries as
+// transient.
 func connError(what string, err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
+	if errors.As(err, &pe) && !sessionEnded(pe) {
 		return fmt.Errorf("inbox: %s: %w", what, err)
 	}
-	return fmt.Errorf("inbox: %s: cannot use PostgreSQL: %w", what, err)
+	return &UnavailableError{What: what, Err: err, mark: &runner.TransientError{Err: err}}
+}
+
+// sessionEnded reports whether PostgreSQL's answer says the server, not
+// the statement, is the trouble: the session ended (FATAL, PANIC: a
+// shutdown or crash terminated the backends, 57P01 and 57P02), the server
+// is starting or in recovery (57P03), it has no connection slot left
+// (53300), or the connection failed (class 08). A statement timeout or a
+// cancel (57014) is not among them: it is the statement's.
+func sessionEnded(pe *pgconn.PgError) bool {
+	switch {
+	case pe.Severity == "FATAL" || pe.Severity == "PANIC":
+		return true
+	case strings.HasPrefix(pe.Code, "08"):
+		return true
+	}
+	switch pe.Code {
+	case "57P01", "57P02", "57P03", "53300":
+		return true
+	}
+	return false
+}
+
+// effectError is connError for a failure once the effects have begun:
+// when ctx has ended — the records' handler timeout passed, or their
+// callers gave up — the failure is theirs, not the database's, and counts
+// against the runner's policy: an effect that always outlives its timeout
+// is a poison record the policy must be able to give up.
+func effectError(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("inbox: %s: %w", what, err)
+	}
+	return connError(what, err)
+}
+
+// UnavailableError is returned by a Store's methods and handlers when
+// PostgreSQL could not be used: it could not be reached, the connection
+// broke before the transaction committed (a COMMIT whose outcome is
+// unknown is an *InDoubtError instead), or no pooled connection came
+// before ctx's deadline. Nothing was applied. It unwraps to a
+// *runner.TransientError, so the runner retries the record with backoff
+// without counting the attempt against its failure policy — a database
+// restart does not dead-letter good records — and through it to the
+// error pgx returned.
+type UnavailableError struct {
+	What string // what the Store was doing: "claiming t/0@5", "check", ...
+	Err  error
+	mark *runner.TransientError
+}
+
+func (e *UnavailableError) Error() string {
+	return "inbox: " + e.What + ": cannot use PostgreSQL: " + e.Err.Error()
+}
+
+// Unwrap returns the runner.Transient mark, which unwraps to Err.
+func (e *UnavailableError) Unwrap() error {
+	if e.mark == nil {
+		return &runner.TransientError{Err: e.Err}
+	}
+	return e.mark
 }

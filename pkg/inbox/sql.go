@@ -20,6 +20,17 @@ type statements struct {
 	// nullable), epoch. It returns the lease's epoch, the offsets it
 	// inserted and the transaction's id.
 	claimBatch string
+	// claimRedrive is claimBatch for a batch in which some record is a
+	// redriven dead letter (see origin.go): it also inserts, for each such
+	// record whose own row it inserted, an origin row at the record's
+	// origin coordinates, unless the origin partition's applied mark is
+	// above the origin offset. Arguments: those of claimBatch, then the
+	// origin topics, partitions and offsets (parallel to the offsets; NULL
+	// for a record without an origin). It returns what claimBatch does,
+	// then the offsets (of the batch's records) whose origin rows it
+	// inserted, and those whose origin is below its partition's applied
+	// mark with no row left to say whether it was applied.
+	claimRedrive string
 	// xactStatus is pg_xact_status of a transaction id: committed,
 	// aborted, in progress, or NULL when it is too old to know. Argument:
 	// the id (pg_current_xact_id, as bigint).
@@ -28,8 +39,10 @@ type statements struct {
 	// said of their transaction (see verdict). Arguments: group, topics,
 	// partitions, offsets (parallel).
 	rows string
-	// unclaim deletes a record's inbox row when its effect failed inside a
-	// batch. Arguments: group, topic, partition, offset.
+	// unclaim deletes a record's inbox row, and the origin row it claimed
+	// with it if any, when its effect failed inside a batch. Arguments:
+	// group, topic, partition, offset, origin topic, partition and offset
+	// (NULL for none).
 	unclaim string
 	// bump takes the leases of an assignment's partitions: one statement,
 	// so each lease moves atomically. It waits for old owners'
@@ -118,12 +131,44 @@ SELECT (SELECT epoch FROM lease), EXISTS (SELECT FROM claimed), pg_current_xact_
 )
 SELECT (SELECT epoch FROM lease), ARRAY (SELECT "offset" FROM claimed), pg_current_xact_id()::text::bigint`,
 
+		claimRedrive: `WITH lease AS (
+	SELECT epoch, applied_below FROM ` + n.lease + ` WHERE group_id = $1 AND topic = $2 AND partition = $3
+), r AS (
+	SELECT * FROM unnest($4::bigint[], $5::bytea[], $7::text[], $8::int[], $9::bigint[]) AS r(off, h, ot, op, oo)
+), claimed AS (
+	INSERT INTO ` + n.inbox + ` (group_id, topic, partition, "offset", epoch, dedup_key, dedup_hash)
+	SELECT $1, $2, $3, r.off, lease.epoch, encode(r.h, 'hex'), r.h
+	FROM lease, r
+	WHERE lease.epoch = $6::bigint AND r.off >= lease.applied_below
+	ON CONFLICT DO NOTHING
+	RETURNING "offset"
+), o AS (
+	SELECT r.off, r.ot, r.op, r.oo, coalesce((SELECT m.applied_below FROM ` + n.lease + ` m
+		WHERE m.group_id = $1 AND m.topic = r.ot AND m.partition = r.op), 0) AS below
+	FROM r JOIN claimed c ON c."offset" = r.off
+	WHERE r.ot IS NOT NULL
+), origin AS (
+	INSERT INTO ` + n.inbox + ` (group_id, topic, partition, "offset", epoch, via_topic, via_partition, via_offset)
+	SELECT $1, o.ot, o.op, o.oo, 0, $2, $3, o.off FROM o
+	WHERE o.oo >= o.below
+	ON CONFLICT DO NOTHING
+	RETURNING via_offset
+)
+SELECT (SELECT epoch FROM lease), ARRAY (SELECT "offset" FROM claimed), pg_current_xact_id()::text::bigint,
+	ARRAY (SELECT via_offset FROM origin),
+	ARRAY (SELECT o.off FROM o WHERE o.oo < o.below AND NOT EXISTS (
+		SELECT FROM ` + n.inbox + ` i WHERE i.group_id = $1 AND i.topic = o.ot AND i.partition = o.op AND i."offset" = o.oo))`,
+
 		xactStatus: `SELECT pg_xact_status($1::bigint::text::xid8)`,
 
 		rows: `SELECT count(*) FROM unnest($2::text[], $3::int[], $4::bigint[]) AS u(t, p, o)
 JOIN ` + n.inbox + ` i ON i.group_id = $1 AND i.topic = u.t AND i.partition = u.p AND i."offset" = u.o`,
 
-		unclaim: `DELETE FROM ` + n.inbox + ` WHERE group_id = $1 AND topic = $2 AND partition = $3 AND "offset" = $4`,
+		unclaim: `WITH own AS (
+	DELETE FROM ` + n.inbox + ` WHERE group_id = $1 AND topic = $2 AND partition = $3 AND "offset" = $4
+)
+DELETE FROM ` + n.inbox + ` WHERE group_id = $1 AND topic = $5::text AND partition = $6::int AND "offset" = $7::bigint
+	AND via_topic = $2 AND via_partition = $3 AND via_offset = $4`,
 
 		bump: `INSERT INTO ` + n.lease + ` AS l (group_id, topic, partition, epoch, owner, member, acquired_at)
 SELECT $1, u.t, u.p, 1, $2, u.m, now() FROM unnest($3::text[], $4::int[], $5::text[]) WITH ORDINALITY AS u(t, p, m, i)

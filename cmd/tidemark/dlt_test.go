@@ -1,0 +1,46 @@
+package main_test
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestDLTReplayArguments: the command's usage errors, without a broker
+// (tests against the real one are in integration/dlt_replay_test.go).
+func TestDLTReplayArguments(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"help", []string{"dlt", "replay", "-h"}, 0, "", "usage: tidemark dlt replay --from TOPIC.dlt --to TOPIC"},
+		{"listed in help", []string{"help"}, 0, "dlt replay", ""},
+		{"no from", []string{"dlt", "replay", "--to", "orders"}, 1, "", "--from is required"},
+		{"no to", []string{"dlt", "replay", "--from", "orders.dlt"}, 1, "", "--to is required"},
+		{"same topic", []string{"dlt", "replay", "--from", "x", "--to", "x"}, 1, "", `--from and --to are both "x"`},
+		{"no brokers", []string{"dlt", "replay", "--from", "orders.dlt", "--to", "orders"}, 1, "", "no brokers: pass --brokers or set TIDEMARK_KAFKA_BROKERS"},
+		{"bad offsets", []string{"dlt", "replay", "--from", "a", "--to", "b", "--offsets", "9-3"}, 1, "", `--offsets "9-3" is not FROM-TO`},
+		{"bad header", []string{"dlt", "replay", "--from", "a", "--to", "b", "--header", "=v"}, 1, "", `--header "=v" has no header name`},
+		{"bad partition", []string{"dlt", "replay", "--from", "a", "--to", "b", "--partition", "-2"}, 1, "", "--partition -2 is not a partition number"},
+		{"bad timeout", []string{"dlt", "replay", "--from", "a", "--to", "b", "--timeout", "0s"}, 1, "", "--timeout 0s is not positive"},
+		{"extra argument", []string{"dlt", "replay", "--from", "a", "--to", "b", "now"}, 1, "", `unexpected argument "now"`},
+		{"dlt alone", []string{"dlt"}, 1, "", "usage: tidemark"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(bin, tt.args...)
+			var env []string
+			for _, kv := range os.Environ() {
+				if !strings.HasPrefix(kv, "TIDEMARK_KAFKA_BROKERS=") {
+					env = append(env, kv)
+				}
+			}
+			cmd.Env = env
+			runExpect(t, cmd, tt.code, tt.stdout, tt.stderr)
+		})
+	}
+}
