@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tidemark/tidemark/integration/bed"
 	"github.com/tidemark/tidemark/internal/kafkatest"
+	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 )
@@ -101,5 +104,57 @@ func TestFranzHandleBatch(t *testing.T) {
 	t.Logf("%d batches, mean %.1f records", batches, mean)
 	if mean < 5 {
 		t.Errorf("%d batches for %d records: a mean of %.1f, want batches well above one record with a backlog", batches, records, mean)
+	}
+}
+
+// TestInboxHandleBatchHandover: the runner's HandleBatch over the inbox's
+// BatchHandler, one transaction per batch, on the real broker and
+// database: two members share the group, the first leaves half-way (its
+// partitions move to the second, which replays what the first applied
+// but had not committed to Kafka), and every record has exactly one
+// effect and one inbox row, each key's effects in offset order, with
+// batches well above one record.
+func TestInboxHandleBatchHandover(t *testing.T) {
+	const n, partitions, keys, size = 10_000, 4, 200, 32
+	pool := inboxDB(t)
+	topic, group := bed.Topic(t, partitions), bed.Group(t)
+	bed.Produce(t, topic, n, func(i int) string { return fmt.Sprintf("key-%d", i%keys) })
+	var mu sync.Mutex
+	var batches, records int
+	member := func(name string) *kafkatest.Member {
+		s := inboxStore(t, pool, group, inbox.Owner(name))
+		eff := inboxEffect(name)
+		h := s.BatchHandler(func(ctx context.Context, tx pgx.Tx, recs []runner.Record) error {
+			mu.Lock()
+			batches++
+			records += len(recs)
+			mu.Unlock()
+			for _, rec := range recs {
+				if err := eff(ctx, tx, rec); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		return kafkatest.Start(t, name, franzSource(t, group, topic), 30*time.Second,
+			runner.HandleBatch(topic, h, runner.BatchSize(size), runner.BatchWait(2*time.Millisecond)),
+			runner.OnAssign(s.AssignHook()), runner.Logger(kafkatest.Logger(t)),
+			runner.CommitInterval(200*time.Millisecond), runner.DrainBudget(5*time.Second),
+			runner.Backoff(20*time.Millisecond, 500*time.Millisecond), runner.Concurrency(8))
+	}
+	m1 := member("m1")
+	m2 := member("m2")
+	inboxWaitRows(t, pool, 1, time.Minute, `SELECT (count(*) >= $1)::int FROM effects`, n/2)
+	m1.Stop(t)
+	waitCommitted(t, group, topic, bed.EndOffsets(t, topic), 2*time.Minute)
+	m2.Stop(t)
+	inboxExactlyOnce(t, pool, n)
+	mu.Lock()
+	defer mu.Unlock()
+	mean := float64(records) / float64(batches)
+	t.Logf("%d batches, mean %.1f records; effects by m1 %d, by m2 %d", batches, mean,
+		inboxCount(t, pool, "SELECT count(*) FROM effects WHERE owner = 'm1'"), inboxCount(t, pool, "SELECT count(*) FROM effects WHERE owner = 'm2'"))
+	if mean < 4 {
+		t.Errorf("a mean batch of %.1f records, want well above one with a backlog", mean)
 	}
 }
