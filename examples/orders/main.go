@@ -48,7 +48,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -223,14 +222,17 @@ func createTables(ctx context.Context, pool *pgxpool.Pool) error {
 // errMalformed marks an order that no retry can apply.
 var errMalformed = errors.New("malformed order")
 
-// apply writes one order's effect in the inbox's transaction.
+// apply writes one order's effect in the inbox's transaction. A malformed
+// order is a permanent error: the DeadLetter policy parks it at once. A
+// database that cannot be reached is the inbox's transient error, retried
+// without counting, so a restart dead-letters nothing.
 func apply(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
 	var o Order
 	if err := json.Unmarshal(rec.Value, &o); err != nil {
-		return fmt.Errorf("order %s: %w: %w", rec.String(), errMalformed, err)
+		return runner.Permanent(fmt.Errorf("order %s: %w: %w", rec.String(), errMalformed, err))
 	}
 	if o.ID == "" || o.Customer == "" {
-		return fmt.Errorf("order %s: %w: missing id or customer", rec.String(), errMalformed)
+		return runner.Permanent(fmt.Errorf("order %s: %w: missing id or customer", rec.String(), errMalformed))
 	}
 	// A second record with the same order id is a producer retry, not a new
 	// order: the primary key makes it a no-op for the totals as well.
@@ -307,7 +309,7 @@ func run(cfg config, log *slog.Logger) int {
 		return apply(ctx, tx, rec)
 	})
 	ropts := []runner.Option{
-		runner.Handle(cfg.topic, retryTransient(handle, log)),
+		runner.Handle(cfg.topic, handle),
 		runner.Concurrency(cfg.concurrency),
 		runner.Failure(runner.DeadLetter(cfg.dlq, 5, nil)),
 		runner.Backoff(50*time.Millisecond, 5*time.Second),
@@ -435,40 +437,6 @@ func ShareStartOffsets(adm *kadm.Client, group string) inbox.CommittedFunc {
 			}
 		}
 		return out, nil
-	}
-}
-
-// retryTransient retries h until it succeeds, unless the order is
-// malformed, the partition's lease moved on (runner.ErrFenced: the new owner
-// applies it) or ctx ends. The runner's DeadLetter policy counts attempts
-// whatever failed; a database restart makes every order fail for a few
-// seconds, and without this those orders would be dead-lettered — their
-// effects lost — after 5 quick attempts. Here only malformed orders reach
-// the policy.
-func retryTransient(h runner.Handler, log *slog.Logger) runner.Handler {
-	return func(ctx context.Context, rec runner.Record) error {
-		for attempt := 1; ; attempt++ {
-			err := h(ctx, rec)
-			if err == nil || errors.Is(err, errMalformed) || errors.Is(err, runner.ErrFenced) || ctx.Err() != nil {
-				if err == nil && attempt > 1 {
-					log.Info("order applied after retries", "record", rec.String(), "attempts", attempt)
-				}
-				return err
-			}
-			if attempt == 1 || attempt%20 == 0 {
-				log.Warn("order failed; retrying until the database answers", "record", rec.String(), "attempt", attempt, "err", err)
-			}
-			// 50 ms doubling to 2 s, with jitter, so a restarted database
-			// is not met by every handler at once.
-			d := 50 * time.Millisecond << min(attempt-1, 5)
-			t := time.NewTimer(d/2 + time.Duration(rand.Int64N(int64(d/2)+1)))
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return err
-			}
-		}
 	}
 }
 
