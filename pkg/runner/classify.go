@@ -46,7 +46,8 @@ func (k ErrorKind) String() string {
 // panic), from the worker that ran it: it must be safe for concurrent use
 // and quick. Set one with Classify (runner-wide) or WithClassifier (one
 // topic); it replaces the default, which honours the Permanent and
-// Transient marks: a Classifier that wants them too calls KindOf.
+// Transient marks: a Classifier that wants them too calls KindOf. A kind
+// other than the three below (or a panic) counts as Retryable.
 type Classifier func(err error) ErrorKind
 
 // PermanentError marks an error that retrying cannot fix. Create one with

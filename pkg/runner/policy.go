@@ -110,8 +110,9 @@ func (r *Runner) execute(t *task) {
 }
 
 // classify returns the kind of a failed attempt's error by the route's
-// classifier. A classifier that panics makes the error Retryable, the
-// default, rather than take down the worker.
+// classifier. A classifier that panics, or returns a kind the runner does
+// not know, makes the error Retryable, the default, rather than take down
+// the worker or hold the record forever under any policy.
 func (r *Runner) classify(rt *route, rec *Record, err error) (kind ErrorKind) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -119,7 +120,12 @@ func (r *Runner) classify(rt *route, rec *Record, err error) (kind ErrorKind) {
 			kind = Retryable
 		}
 	}()
-	return rt.classify(err)
+	kind = rt.classify(err)
+	if kind > PermanentKind {
+		r.log.Error("Classifier returned an unknown ErrorKind; counting the error as retryable", "record", rec.String(), "kind", int(kind))
+		kind = Retryable
+	}
+	return kind
 }
 
 // attempt asks the partition's Applied filter, if any, whether the record
