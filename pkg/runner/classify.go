@@ -110,13 +110,23 @@ func KindOf(err error) ErrorKind {
 // attemptKey is the context key of the attempt number.
 type attemptKey struct{}
 
-// attemptCtx carries the attempt number of the record a handler runs
-// without allocating: it is embedded in the record's task, which the
-// runner recycles once the record finished, so it is valid only while the
-// handler call lasts (as the handler's ctx should be used anyway).
+// attemptCtx carries the attempt number of the record a handler runs.
+// Once a handler got one it is never changed: a handler may hand its ctx
+// to a goroutine or a callback that outlives the call, as any context.
 type attemptCtx struct {
 	context.Context
 	attempt int
+}
+
+// attemptContext returns ctx carrying attempt. The first attempt of a
+// record whose ctx is its partition's own (tracing off, nothing
+// propagated) gets the partition's prebuilt one and costs no allocation;
+// a retry, or a ctx of its own, gets a new one.
+func attemptContext(ctx context.Context, ps *partState, attempt int) context.Context {
+	if attempt == 1 && ctx == ps.ctx {
+		return &ps.first
+	}
+	return &attemptCtx{Context: ctx, attempt: attempt}
 }
 
 func (c *attemptCtx) Value(key any) any {

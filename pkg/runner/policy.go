@@ -36,13 +36,10 @@ func (r *Runner) execute(t *task) {
 	rec := &t.rec
 	ctx, pr := r.tel.begin(t.ps.ctx, t)
 	defer pr.end(ctx)
-	// The handler's ctx carries the attempt number (Attempt) in the task
-	// itself, so that it costs no allocation.
-	t.actx.Context = ctx
 	counted := 0 // attempts counted against the policy's
 	for attempt := 1; ; attempt++ {
-		t.attempts, t.actx.attempt = attempt, attempt
-		applied, err := r.attempt(&t.actx, t)
+		t.attempts = attempt
+		applied, err := r.attempt(attemptContext(ctx, t.ps, attempt), t)
 		if err == nil && applied {
 			// Applied before (a replay after a restart or a handoff):
 			// complete it without running the handler again.
