@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -23,7 +24,10 @@ func TestSettledUnroutedIsNotBlocked(t *testing.T) {
 		r, err := runner.New(src, runner.Handle(topic, func(context.Context, runner.Record) error { return nil },
 			runner.WithPolicy(runner.Skip(1))), runner.Logger(discard()))
 		if err != nil {
-			t.Logf("New refused it: %v", err)
+			var ce *runner.ConfigError
+			if !errors.As(err, &ce) || ce.Option != "Failure" {
+				t.Fatalf("New returned %v, want nil or a *ConfigError for Failure", err)
+			}
 			return
 		}
 		started(t, r)
