@@ -54,14 +54,24 @@ type Classifier func(err error) ErrorKind
 // Permanent; errors.As finds it through any wrapping.
 type PermanentError struct{ Err error }
 
-func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Error() string {
+	if e.Err == nil {
+		return "permanent"
+	}
+	return "permanent: " + e.Err.Error()
+}
 func (e *PermanentError) Unwrap() error { return e.Err }
 
 // TransientError marks an error that waiting will fix. Create one with
 // Transient; errors.As finds it through any wrapping.
 type TransientError struct{ Err error }
 
-func (e *TransientError) Error() string { return "transient: " + e.Err.Error() }
+func (e *TransientError) Error() string {
+	if e.Err == nil {
+		return "transient"
+	}
+	return "transient: " + e.Err.Error()
+}
 func (e *TransientError) Unwrap() error { return e.Err }
 
 // Permanent marks err as permanent (see PermanentKind): the failure policy

@@ -58,7 +58,11 @@ type DecodeError struct {
 }
 
 func (e *DecodeError) Error() string {
-	return "runner: cannot decode the value of " + e.Record + " (" + strconv.Itoa(e.Size) + " bytes): " + e.Err.Error()
+	msg := "runner: cannot decode the value of " + e.Record + " (" + strconv.Itoa(e.Size) + " bytes)"
+	if e.Err == nil {
+		return msg
+	}
+	return msg + ": " + e.Err.Error()
 }
 
 func (e *DecodeError) Unwrap() error { return e.Err }
