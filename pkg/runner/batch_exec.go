@@ -174,11 +174,21 @@ func (r *Runner) batchAttempt(b *batch, actx *attemptCtx) (err error) {
 	where = "handler"
 	rt := b.route
 	if rt.timeout <= 0 {
-		return rt.batch(actx, b.recs[b.from:])
+		return checkedBatch(rt.batch(actx, b.recs[b.from:]))
 	}
 	ctx, cancel := rt.deadline(actx)
 	defer cancel()
-	return rt.timedOut(ctx, &b.tasks[b.from].rec, rt.batch(ctx, b.recs[b.from:]))
+	return checkedBatch(rt.timedOut(ctx, &b.tasks[b.from].rec, rt.batch(ctx, b.recs[b.from:])))
+}
+
+// checkedBatch is checked for a batch's error, whose *BatchError's Err is
+// the one the runner names (executeBatch).
+func checkedBatch(err error) error {
+	var be *BatchError
+	if errors.As(checked(err), &be) {
+		checked(be.Err)
+	}
+	return err
 }
 
 // skipApplied completes the records of b's part that f finds applied: they

@@ -144,11 +144,23 @@ func (r *Runner) attempt(ctx context.Context, t *task) (applied bool, err error)
 	where = "handler"
 	rt := t.route
 	if rt.timeout <= 0 {
-		return false, rt.handler(ctx, t.rec)
+		return false, checked(rt.handler(ctx, t.rec))
 	}
 	ctx, cancel := rt.deadline(ctx)
 	defer cancel()
-	return false, rt.timedOut(ctx, &t.rec, rt.handler(ctx, t.rec))
+	return false, checked(rt.timedOut(ctx, &t.rec, rt.handler(ctx, t.rec)))
+}
+
+// checked returns err after calling its Error method once, so that an
+// error whose Error panics (a nil *T returned as an error, the classic
+// typed nil) panics here, inside the attempt's recover, and becomes a
+// *PanicError of the handler's: the runner, its logs and the dead-letter
+// headers call Error again outside any recover.
+func checked(err error) error {
+	if err != nil {
+		_ = err.Error()
+	}
+	return err
 }
 
 // sleep waits rt's backoff before attempt+1; false if ctx ended first.
