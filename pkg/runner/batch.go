@@ -129,7 +129,8 @@ type batch struct {
 	// Set by the worker. The tasks before from are finished (their res
 	// set); the rest are the part the next attempt runs.
 	from int
-	// actx is the handler's ctx, carrying the attempt number (Attempt).
+	// actx is the handler's ctx on an attempt 1, carrying the attempt
+	// number (Attempt); set once, never changed (a retry gets a new one).
 	actx attemptCtx
 	// When the first and the last failed attempt of the current part
 	// ended.

@@ -34,13 +34,16 @@ func (r *Runner) executeBatch(b *batch) {
 	rt := b.route
 	ctx, pr := r.tel.beginBatch(b.ps.ctx, b)
 	defer pr.end(ctx)
-	b.actx.Context = ctx
+	b.actx = attemptCtx{Context: ctx, attempt: 1}
 	n := len(b.tasks)
 	attempt, counted := 0, 0
 	for b.from < n {
 		attempt++
-		b.actx.attempt = attempt
-		err := r.batchAttempt(b)
+		actx := &b.actx
+		if attempt > 1 {
+			actx = &attemptCtx{Context: ctx, attempt: attempt}
+		}
+		err := r.batchAttempt(b, actx)
 		if err == nil {
 			for _, t := range b.tasks[b.from:] {
 				t.res = resHandled
@@ -69,7 +72,6 @@ func (r *Runner) executeBatch(b *batch) {
 					b.from += be.Index
 					attempt, counted = 1, 0
 					b.firstFail = time.Time{}
-					b.actx.attempt = attempt
 				}
 			}
 		}
@@ -154,7 +156,7 @@ var errBatchNilErr = errors.New("runner: BatchError with a nil Err")
 // Applied filter finds applied, then calls the handler once on the rest,
 // with the per-attempt timeout. A panic in either is recovered into a
 // *PanicError: a failed attempt of the whole part.
-func (r *Runner) batchAttempt(b *batch) (err error) {
+func (r *Runner) batchAttempt(b *batch, actx *attemptCtx) (err error) {
 	where := "Applied filter"
 	defer func() {
 		if v := recover(); v != nil {
@@ -172,11 +174,21 @@ func (r *Runner) batchAttempt(b *batch) (err error) {
 	where = "handler"
 	rt := b.route
 	if rt.timeout <= 0 {
-		return rt.batch(&b.actx, b.recs[b.from:])
+		return checkedBatch(rt.batch(actx, b.recs[b.from:]))
 	}
-	ctx, cancel := rt.deadline(&b.actx)
+	ctx, cancel := rt.deadline(actx)
 	defer cancel()
-	return rt.timedOut(ctx, &b.tasks[b.from].rec, rt.batch(ctx, b.recs[b.from:]))
+	return checkedBatch(rt.timedOut(ctx, &b.tasks[b.from].rec, rt.batch(ctx, b.recs[b.from:])))
+}
+
+// checkedBatch is checked for a batch's error, whose *BatchError's Err is
+// the one the runner names (executeBatch).
+func checkedBatch(err error) error {
+	var be *BatchError
+	if errors.As(checked(err), &be) {
+		checked(be.Err)
+	}
+	return err
 }
 
 // skipApplied completes the records of b's part that f finds applied: they

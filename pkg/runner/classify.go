@@ -46,21 +46,32 @@ func (k ErrorKind) String() string {
 // panic), from the worker that ran it: it must be safe for concurrent use
 // and quick. Set one with Classify (runner-wide) or WithClassifier (one
 // topic); it replaces the default, which honours the Permanent and
-// Transient marks: a Classifier that wants them too calls KindOf.
+// Transient marks: a Classifier that wants them too calls KindOf. A kind
+// other than the three below (or a panic) counts as Retryable.
 type Classifier func(err error) ErrorKind
 
 // PermanentError marks an error that retrying cannot fix. Create one with
 // Permanent; errors.As finds it through any wrapping.
 type PermanentError struct{ Err error }
 
-func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Error() string {
+	if e.Err == nil {
+		return "permanent"
+	}
+	return "permanent: " + e.Err.Error()
+}
 func (e *PermanentError) Unwrap() error { return e.Err }
 
 // TransientError marks an error that waiting will fix. Create one with
 // Transient; errors.As finds it through any wrapping.
 type TransientError struct{ Err error }
 
-func (e *TransientError) Error() string { return "transient: " + e.Err.Error() }
+func (e *TransientError) Error() string {
+	if e.Err == nil {
+		return "transient"
+	}
+	return "transient: " + e.Err.Error()
+}
 func (e *TransientError) Unwrap() error { return e.Err }
 
 // Permanent marks err as permanent (see PermanentKind): the failure policy
@@ -109,13 +120,23 @@ func KindOf(err error) ErrorKind {
 // attemptKey is the context key of the attempt number.
 type attemptKey struct{}
 
-// attemptCtx carries the attempt number of the record a handler runs
-// without allocating: it is embedded in the record's task, which the
-// runner recycles once the record finished, so it is valid only while the
-// handler call lasts (as the handler's ctx should be used anyway).
+// attemptCtx carries the attempt number of the record a handler runs.
+// Once a handler got one it is never changed: a handler may hand its ctx
+// to a goroutine or a callback that outlives the call, as any context.
 type attemptCtx struct {
 	context.Context
 	attempt int
+}
+
+// attemptContext returns ctx carrying attempt. The first attempt of a
+// record whose ctx is its partition's own (tracing off, nothing
+// propagated) gets the partition's prebuilt one and costs no allocation;
+// a retry, or a ctx of its own, gets a new one.
+func attemptContext(ctx context.Context, ps *partState, attempt int) context.Context {
+	if attempt == 1 && ctx == ps.ctx {
+		return &ps.first
+	}
+	return &attemptCtx{Context: ctx, attempt: attempt}
 }
 
 func (c *attemptCtx) Value(key any) any {

@@ -11,8 +11,9 @@ import (
 // key as its bytes. Spring Kafka's kafka_dlt-* headers are the model; the
 // names are tidemark's. A record dead-lettered twice (redriven, then failed
 // again) carries the first origin: the origin headers of a record that
-// already has them are kept and not added again, so a redrive always goes
-// back to, and deduplicates against, the record first consumed.
+// already has a whole origin (topic, partition and offset) are kept and
+// not added again, so a redrive always goes back to, and deduplicates
+// against, the record first consumed; a partial origin is replaced.
 const (
 	// HeaderOriginTopic, HeaderOriginPartition and HeaderOriginOffset
 	// name the record that failed: together they are its identity, which
@@ -53,18 +54,29 @@ var failureHeaders = map[string]bool{
 	HeaderAttempts: true, HeaderFirstFailure: true, HeaderLastFailure: true,
 }
 
+// originHeaders are the headers of a record's origin.
+var originHeaders = map[string]bool{
+	HeaderOriginTopic: true, HeaderOriginPartition: true, HeaderOriginOffset: true,
+	HeaderOriginTimestamp: true, HeaderOriginKey: true,
+}
+
 // deadLetterHeaders returns rec's headers followed by the dead-letter
 // headers, in a new slice (the record's own are never changed). The origin
-// headers are added only when rec has none: a redriven record keeps its
-// first origin.
+// headers are added only when rec has no whole origin (topic, partition
+// and offset): a redriven record keeps its first origin, and a partial one
+// (which identifies nothing) is replaced by rec's own.
 func deadLetterHeaders(rec *Record, group string, cause error, kind ErrorKind, attempts int, first, last time.Time) []Header {
+	_, okTopic := rec.Header(HeaderOriginTopic)
+	_, okPart := rec.Header(HeaderOriginPartition)
+	_, okOff := rec.Header(HeaderOriginOffset)
+	keepOrigin := okTopic && okPart && okOff
 	hs := make([]Header, 0, len(rec.Headers)+12)
 	for _, h := range rec.Headers {
-		if !failureHeaders[h.Key] {
+		if !failureHeaders[h.Key] && (keepOrigin || !originHeaders[h.Key]) {
 			hs = append(hs, h)
 		}
 	}
-	if _, ok := rec.Header(HeaderOriginTopic); !ok {
+	if !keepOrigin {
 		hs = append(hs,
 			Header{Key: HeaderOriginTopic, Value: []byte(rec.Topic)},
 			Header{Key: HeaderOriginPartition, Value: strconv.AppendInt(nil, int64(rec.Partition), 10)},

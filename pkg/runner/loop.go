@@ -192,6 +192,7 @@ func (s *pollState) assign(a Assignment, applied Applied) (replaced bool) {
 	case PartitionOrder:
 		ps.lane = &lane{}
 	}
+	ps.first = attemptCtx{Context: ctx, attempt: 1}
 	s.parts[a.TP] = ps
 	if s.globalPaused {
 		s.flowDirty = append(s.flowDirty, ps)

@@ -68,7 +68,11 @@ type TimeoutError struct {
 }
 
 func (e *TimeoutError) Error() string {
-	return "runner: handler for " + e.Record + " timed out after " + e.Timeout.String() + ": " + e.Err.Error()
+	msg := "runner: handler for " + e.Record + " timed out after " + e.Timeout.String()
+	if e.Err == nil {
+		return msg
+	}
+	return msg + ": " + e.Err.Error()
 }
 
 func (e *TimeoutError) Unwrap() error { return e.Err }

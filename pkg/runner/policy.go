@@ -36,13 +36,10 @@ func (r *Runner) execute(t *task) {
 	rec := &t.rec
 	ctx, pr := r.tel.begin(t.ps.ctx, t)
 	defer pr.end(ctx)
-	// The handler's ctx carries the attempt number (Attempt) in the task
-	// itself, so that it costs no allocation.
-	t.actx.Context = ctx
 	counted := 0 // attempts counted against the policy's
 	for attempt := 1; ; attempt++ {
-		t.attempts, t.actx.attempt = attempt, attempt
-		applied, err := r.attempt(&t.actx, t)
+		t.attempts = attempt
+		applied, err := r.attempt(attemptContext(ctx, t.ps, attempt), t)
 		if err == nil && applied {
 			// Applied before (a replay after a restart or a handoff):
 			// complete it without running the handler again.
@@ -110,8 +107,9 @@ func (r *Runner) execute(t *task) {
 }
 
 // classify returns the kind of a failed attempt's error by the route's
-// classifier. A classifier that panics makes the error Retryable, the
-// default, rather than take down the worker.
+// classifier. A classifier that panics, or returns a kind the runner does
+// not know, makes the error Retryable, the default, rather than take down
+// the worker or hold the record forever under any policy.
 func (r *Runner) classify(rt *route, rec *Record, err error) (kind ErrorKind) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -119,7 +117,12 @@ func (r *Runner) classify(rt *route, rec *Record, err error) (kind ErrorKind) {
 			kind = Retryable
 		}
 	}()
-	return rt.classify(err)
+	kind = rt.classify(err)
+	if kind > PermanentKind {
+		r.log.Error("Classifier returned an unknown ErrorKind; counting the error as retryable", "record", rec.String(), "kind", int(kind))
+		kind = Retryable
+	}
+	return kind
 }
 
 // attempt asks the partition's Applied filter, if any, whether the record
@@ -141,11 +144,23 @@ func (r *Runner) attempt(ctx context.Context, t *task) (applied bool, err error)
 	where = "handler"
 	rt := t.route
 	if rt.timeout <= 0 {
-		return false, rt.handler(ctx, t.rec)
+		return false, checked(rt.handler(ctx, t.rec))
 	}
 	ctx, cancel := rt.deadline(ctx)
 	defer cancel()
-	return false, rt.timedOut(ctx, &t.rec, rt.handler(ctx, t.rec))
+	return false, checked(rt.timedOut(ctx, &t.rec, rt.handler(ctx, t.rec)))
+}
+
+// checked returns err after calling its Error method once, so that an
+// error whose Error panics (a nil *T returned as an error, the classic
+// typed nil) panics here, inside the attempt's recover, and becomes a
+// *PanicError of the handler's: the runner, its logs and the dead-letter
+// headers call Error again outside any recover.
+func checked(err error) error {
+	if err != nil {
+		_ = err.Error()
+	}
+	return err
 }
 
 // sleep waits rt's backoff before attempt+1; false if ctx ended first.

@@ -79,6 +79,10 @@ func (c *config) settledOptions(src Source) error {
 			opt = "Handle(" + strconv.Quote(t) + ").WithPolicy"
 		}
 		return refuse(opt, "Block (the default) retries a record forever while its lock is renewed, holding it from every member and stalling its session; choose Skip(n), which rejects it after n attempts, or DeadLetter")
+	case c.policy.kind == policyBlock:
+		// Every topic has a policy of its own, but a record of a topic
+		// none registered runs under the runner-wide one.
+		return refuse("Failure", "Block (the default) is the policy of records of a topic no Handle registered, retried forever while their locks are renewed; choose Skip(n) or DeadLetter")
 	case c.commitInterval != d.commitInterval:
 		return refuse("CommitInterval", "there are no offsets to commit")
 	case c.commitTimeout != d.commitTimeout:

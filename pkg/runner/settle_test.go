@@ -232,16 +232,18 @@ func TestSettledRefusesOptions(t *testing.T) {
 	if _, err := runner.New(newSettleSource(), h, skip, runner.Order(runner.Unordered)); err != nil {
 		t.Errorf("Unordered with Skip: %v, want nil", err)
 	}
-	// A topic's own policy counts, not the runner-wide default it
-	// overrides: Block on one topic is refused under its name, and the
-	// default Block is no matter when every topic has its own policy.
+	// A topic's own policy counts: Block on one topic is refused under
+	// its name. The runner-wide Block is refused even when every topic
+	// has its own policy: records of a topic none registered run under
+	// it (TestSettledUnroutedIsNotBlocked).
 	noop := func(context.Context, runner.Record) error { return nil }
 	_, err := runner.New(newSettleSource(), skip, runner.Handle("a", noop), runner.Handle("b", noop, runner.WithPolicy(runner.Block())))
 	var ce *runner.ConfigError
 	if !errors.As(err, &ce) || ce.Option != `Handle("b").WithPolicy` {
 		t.Errorf("Block on topic b: New returned %v, want a *ConfigError for Handle(\"b\").WithPolicy", err)
 	}
-	if _, err := runner.New(newSettleSource(), runner.Handle("a", noop, runner.WithPolicy(runner.Skip(2)))); err != nil {
-		t.Errorf("the default Block with every topic on Skip: %v, want nil", err)
+	_, err = runner.New(newSettleSource(), runner.Handle("a", noop, runner.WithPolicy(runner.Skip(2))))
+	if !errors.As(err, &ce) || ce.Option != "Failure" {
+		t.Errorf("the default Block with every topic on Skip: New returned %v, want a *ConfigError for Failure", err)
 	}
 }

@@ -25,8 +25,6 @@ type task struct {
 	// Set by the worker before it hands the task back.
 	res      result
 	attempts int
-	// actx is the handler's ctx, carrying the attempt number (Attempt).
-	actx attemptCtx
 	// When the first and the last failed attempt ended (dead-letter
 	// headers); zero until one failed.
 	firstFail, lastFail time.Time
@@ -134,6 +132,11 @@ type partState struct {
 	cancel  context.CancelFunc
 	applied Applied  // from the assign hook; read by workers
 	tel     *partTel // its telemetry attributes (telemetry.go); read by workers
+	// first is ctx carrying attempt 1 (Attempt): the ctx of a record's
+	// first attempt when tracing and the propagator leave ctx as it is,
+	// so that it costs no allocation. It is never changed after assign:
+	// a handler may give its ctx to what outlives the call.
+	first attemptCtx
 
 	// lanes holds KeyOrder's lanes by the hash of the key (seeded per
 	// runner). Two keys whose 64-bit hashes collide share a lane: they run

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Typed returns a Handler that decodes each record's value with decode and
@@ -57,7 +58,11 @@ type DecodeError struct {
 }
 
 func (e *DecodeError) Error() string {
-	return "runner: cannot decode the value of " + e.Record + " (" + strconv.Itoa(e.Size) + " bytes): " + e.Err.Error()
+	msg := "runner: cannot decode the value of " + e.Record + " (" + strconv.Itoa(e.Size) + " bytes)"
+	if e.Err == nil {
+		return msg
+	}
+	return msg + ": " + e.Err.Error()
 }
 
 func (e *DecodeError) Unwrap() error { return e.Err }
@@ -71,10 +76,11 @@ var ErrEmptyValue = errors.New("runner: empty value (nil or zero bytes) is not J
 // (trailing data is an error), and a nil or empty value is ErrEmptyValue.
 // The JSON literal null leaves T's zero value, as Unmarshal does; decode
 // into a pointer type to tell null apart. Its errors are Unmarshal's, but
-// a *json.UnmarshalTypeError (which errors.As still finds) does not quote
-// the number it could not store: the value may be secret. Errors of T's
-// own UnmarshalJSON methods, and Unmarshal's for a misused ",string" tag,
-// are returned as they are and may quote the value.
+// a *json.UnmarshalTypeError, and a time.Time field's *time.ParseError
+// (which errors.As still finds), do not quote what they could not store:
+// the value may be secret. Errors of other UnmarshalJSON methods (T's own
+// or its fields'), and Unmarshal's for a misused ",string" tag, are
+// returned as they are and may quote the value.
 //
 // Fields of the value that T does not have are ignored, as Unmarshal
 // ignores them: producers and consumers of a topic are deployed apart, and
@@ -105,6 +111,12 @@ func JSON[T any]() func(value []byte) (T, error) {
 // value only and unwraps to it. A *json.SyntaxError quotes at most the
 // one character it stopped at, escaped.
 func jsonError(err error) error {
+	// A time.Time field's UnmarshalJSON fails with a *time.ParseError,
+	// whose message quotes the string it refused (in its Message too).
+	var pe *time.ParseError
+	if errors.As(err, &pe) {
+		return &redactedError{msg: "json: cannot parse a time as " + strconv.Quote(pe.Layout), err: err}
+	}
 	var te *json.UnmarshalTypeError
 	if !errors.As(err, &te) || te.Type == nil {
 		return err
