@@ -3,6 +3,7 @@ package runner
 import (
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // The headers the runner adds to every dead-letter record, after the
@@ -94,12 +95,33 @@ func deadLetterHeaders(rec *Record, group string, cause error, kind ErrorKind, a
 	}
 	return append(hs,
 		Header{Key: HeaderErrorType, Value: []byte(ErrorType(cause))},
-		Header{Key: HeaderError, Value: []byte(cause.Error())},
+		Header{Key: HeaderError, Value: clip(cause.Error(), MaxErrorHeader)},
 		Header{Key: HeaderErrorKind, Value: []byte(kind.String())},
 		Header{Key: HeaderAttempts, Value: strconv.AppendInt(nil, int64(attempts), 10)},
 		Header{Key: HeaderFirstFailure, Value: rfc3339(first)},
 		Header{Key: HeaderLastFailure, Value: rfc3339(last)},
 	)
+}
+
+// MaxErrorHeader bounds the bytes of the HeaderError header: an error
+// message of any length (a wrapped response body, a stack) must not make
+// the dead letter too large for the broker, whose refusal would hold the
+// record forever. A longer message is cut at a UTF-8 boundary and ends
+// with how much was cut.
+const MaxErrorHeader = 4 << 10
+
+// clip returns msg as at most max bytes: cut, with a note of how many
+// bytes were cut, when longer.
+func clip(msg string, max int) []byte {
+	if len(msg) <= max {
+		return []byte(msg)
+	}
+	note := "… (" + strconv.Itoa(len(msg)) + " bytes, cut)"
+	cut := max - len(note)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return append([]byte(msg[:cut]), note...)
 }
 
 func rfc3339(t time.Time) []byte { return t.UTC().AppendFormat(nil, time.RFC3339Nano) }
