@@ -57,3 +57,22 @@ func ExampleHandleBatch() {
 	// batch [4]
 	// committed 5
 }
+
+// batchOption is docs/runner.md's batch handler, compiled.
+func batchOption() runner.Option {
+	stage := func(context.Context, runner.Record) error { return nil }
+	flush := func(context.Context) error { return nil }
+	// snippet: batch
+	orders := runner.HandleBatch("orders", func(ctx context.Context, recs []runner.Record) error {
+		for i, rec := range recs {
+			if err := stage(ctx, rec); err != nil {
+				return &runner.BatchError{Index: i, Err: err} // recs[:i] are done
+			}
+		}
+		return flush(ctx) // nil completes every record of the batch
+	}, runner.BatchSize(200), runner.BatchWait(20*time.Millisecond))
+	// end snippet
+	return orders
+}
+
+var _ = batchOption

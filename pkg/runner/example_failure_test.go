@@ -25,19 +25,22 @@ func ExampleHandle_perTopic() {
 		}
 		return nil
 	}
+	src, dlw := runnertest.New(), deadLetters{} // nil writes through the source, as franz does
 	clicks := func(ctx context.Context, rec runner.Record) error {
 		if runner.Attempt(ctx) > 1 {
 			fmt.Println("retrying", rec.String())
 		}
 		return nil
 	}
-	_, err := runner.New(runnertest.New(),
+	// snippet: pertopic
+	_, err := runner.New(src,
 		runner.Handle("orders", orders,
-			runner.WithPolicy(runner.DeadLetter("orders.dlt", 5, deadLetters{})),
+			runner.WithPolicy(runner.DeadLetter("orders.dlt", 5, dlw)),
 			runner.WithTimeout(30*time.Second)),
 		runner.Handle("clicks", clicks, runner.WithPolicy(runner.Skip(3))),
-		runner.Failure(runner.DeadLetter("all.dlt", 5, deadLetters{})), // every other topic
+		runner.Failure(runner.DeadLetter("all.dlt", 5, dlw)), // every other topic
 	)
+	// end snippet
 	fmt.Println(err)
 	// Output: <nil>
 }
