@@ -49,7 +49,7 @@ func (r *Runner) execute(t *task) {
 		}
 		if err == nil {
 			t.res = resHandled
-			pr.handled(ctx)
+			pr.handled(ctx, 1)
 			return
 		}
 		if ctx.Err() != nil {
@@ -62,7 +62,7 @@ func (r *Runner) execute(t *task) {
 		if errors.Is(err, ErrFenced) {
 			t.fail.Store(&failure{attempts: attempt, err: err.Error()})
 			r.log.Warn("handler fenced by a newer owner; leaving the record to it", "record", rec.String(), "err", err)
-			pr.fence(ctx, err)
+			pr.fence(ctx, err, 1)
 			t.res = resFenced
 			return
 		}
@@ -72,7 +72,7 @@ func (r *Runner) execute(t *task) {
 			t.firstFail = now
 		}
 		t.lastFail = now
-		pr.failed(ctx, err)
+		pr.failed(ctx, err, 1)
 		t.fail.Store(&failure{attempts: attempt, err: err.Error(), kind: kind})
 		if kind != TransientKind {
 			counted++
@@ -102,7 +102,7 @@ func (r *Runner) execute(t *task) {
 			t.res = resCancelled
 			return
 		}
-		pr.retry(ctx)
+		pr.retry(ctx, 1)
 	}
 }
 

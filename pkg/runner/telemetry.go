@@ -320,15 +320,19 @@ func (t *telemetry) committed(took time.Duration, commits []rebalance.Commit, er
 // revoke counts a revoke report the runner drains.
 func (t *telemetry) revoke() { t.revokes.Add(context.Background(), 1, t.groupAdd...) }
 
-// processing is one record's run through the failure policy as telemetry
-// sees it: its span, when it began (only when the duration is measured)
-// and the last failed attempt's error. execute keeps it on its stack:
-// begin, then the methods below as the record's attempts go, then end.
-// Every measurement uses its partition's prebuilt attributes, so a record
-// that succeeds costs no allocation with tracing off.
+// processing is one record's (or one batch's) run through the failure
+// policy as telemetry sees it: its span, when it began (only when the
+// duration is measured) and the last failed attempt's error. execute and
+// executeBatch keep it on their stack: begin (or beginBatch), then the
+// methods below as the attempts go, then end. Counts are of records, n at
+// a time for a batch. Every measurement uses its partition's prebuilt
+// attributes, so a record that succeeds costs no allocation with tracing
+// off.
 type processing struct {
 	tel   *telemetry
-	t     *task
+	pt    *partTel
+	t     *task  // the record's task; nil for a batch
+	b     *batch // the batch; nil for a record
 	span  trace.Span
 	start time.Time // zero: the duration is not measured
 	err   error     // the last failed attempt's
@@ -341,55 +345,67 @@ type processing struct {
 func (tel *telemetry) begin(ctx context.Context, t *task) (context.Context, processing) {
 	pt := t.ps.tel
 	ctx, span := tel.tracer.start(ctx, &t.rec, pt)
-	tel.consumed.Add(ctx, 1, pt.procAdd...)
-	p := processing{tel: tel, t: t, span: span}
+	return ctx, tel.started(ctx, processing{tel: tel, pt: pt, t: t, span: span}, 1)
+}
+
+// beginBatch starts b's processing: its span (see tracer.startBatch) and
+// the count of messaging.client.consumed.messages for each of its records.
+func (tel *telemetry) beginBatch(ctx context.Context, b *batch) (context.Context, processing) {
+	pt := b.ps.tel
+	ctx, span := tel.tracer.startBatch(ctx, b, pt)
+	return ctx, tel.started(ctx, processing{tel: tel, pt: pt, b: b, span: span}, len(b.tasks))
+}
+
+// started counts n records consumed and starts p's clock.
+func (tel *telemetry) started(ctx context.Context, p processing, n int) processing {
+	tel.consumed.Add(ctx, int64(n), p.pt.procAdd...)
 	// The clock is read only when a meter provider records the duration:
 	// two clock reads are a tenth of a no-op record's cost.
 	if tel.duration.Enabled(ctx) {
 		p.start = time.Now()
 	}
-	return ctx, p
+	return p
 }
 
-// handled counts the record as handled.
-func (p *processing) handled(ctx context.Context) {
-	p.tel.handledC.Add(ctx, 1, p.t.ps.tel.add...)
+// handled counts n records as handled.
+func (p *processing) handled(ctx context.Context, n int) {
+	p.tel.handledC.Add(ctx, int64(n), p.pt.add...)
 }
 
 // replaySkip counts the record as completed without its handler: the
 // partition's Applied filter said it was applied before.
 func (p *processing) replaySkip(ctx context.Context) {
-	p.tel.replaySkipped.Add(ctx, 1, p.t.ps.tel.add...)
+	p.tel.replaySkipped.Add(ctx, 1, p.pt.add...)
 }
 
-// failed counts a failed attempt, whose error err the span records as an
-// exception event.
-func (p *processing) failed(ctx context.Context, err error) {
+// failed counts a failed attempt of n records, whose error err the span
+// records as an exception event.
+func (p *processing) failed(ctx context.Context, err error, n int) {
 	p.err = err
-	p.tel.failedC.Add(ctx, 1, p.t.ps.tel.add...)
+	p.tel.failedC.Add(ctx, int64(n), p.pt.add...)
 	p.span.RecordError(err)
 }
 
-// retry counts an attempt retried after a failure.
-func (p *processing) retry(ctx context.Context) {
-	p.tel.retried.Add(ctx, 1, p.t.ps.tel.add...)
+// retry counts an attempt of n records retried after a failure.
+func (p *processing) retry(ctx context.Context, n int) {
+	p.tel.retried.Add(ctx, int64(n), p.pt.add...)
 }
 
-// skip counts the record as skipped after its last attempt.
+// skip counts one record as skipped after its last attempt.
 func (p *processing) skip(ctx context.Context) {
-	p.tel.skipped.Add(ctx, 1, p.t.ps.tel.add...)
+	p.tel.skipped.Add(ctx, 1, p.pt.add...)
 }
 
-// fence counts the record as fenced by a newer owner (err wraps
+// fence counts n records as fenced by a newer owner (err wraps
 // ErrFenced).
-func (p *processing) fence(ctx context.Context, err error) {
+func (p *processing) fence(ctx context.Context, err error, n int) {
 	p.err = err
-	p.tel.fenced.Add(ctx, 1, p.t.ps.tel.add...)
+	p.tel.fenced.Add(ctx, int64(n), p.pt.add...)
 	p.span.RecordError(err)
 }
 
 // cancelled records that ctx ended during the attempt that returned err
-// (the partition was lost, or the runner is closing): the record is left
+// (the partition was lost, or the runner is closing): the records are left
 // unfinished, for the next owner.
 func (p *processing) cancelled(err error) {
 	p.err = err
@@ -401,18 +417,33 @@ func (tel *telemetry) deadLetter(ctx context.Context, t *task) {
 	tel.deadLettered.Add(ctx, 1, t.ps.tel.add...)
 }
 
-// end ends the record's processing as the task's result says. A record
-// not handled (dead-lettered, skipped, fenced, or left unfinished) is a
-// failed process operation: its span's status is Error and error.type,
-// on the span and on messaging.process.duration, names the last error
-// (errorType). end records the duration, then ends the span.
+// result is how the processing ended: the record's result, or the first
+// of a batch's records that was not handled (resHandled when all were).
+func (p *processing) result() result {
+	if p.b == nil {
+		return p.t.res
+	}
+	for _, t := range p.b.tasks {
+		if t.res != resHandled {
+			return t.res
+		}
+	}
+	return resHandled
+}
+
+// end ends the processing as its result says. A record (or a batch with a
+// record) not handled (dead-lettered, skipped, fenced, or left unfinished)
+// is a failed process operation: its span's status is Error and
+// error.type, on the span and on messaging.process.duration, names the
+// last error (errorType). end records the duration, once for a batch,
+// then ends the span.
 func (p *processing) end(ctx context.Context) {
-	pt := p.t.ps.tel
+	pt := p.pt
 	var et string
-	if p.t.res != resHandled {
+	if res := p.result(); res != resHandled {
 		et = errorType(p.err)
 		if p.span.IsRecording() {
-			p.span.SetStatus(codes.Error, outcome(p.t.res))
+			p.span.SetStatus(codes.Error, outcome(res))
 			p.span.SetAttributes(semconv.ErrorTypeKey.String(et))
 		}
 	}

@@ -41,10 +41,10 @@ func TestRecordTelemetryAllocatesNothingWhenTracingIsOff(t *testing.T) {
 			failure := errors.New("transient")
 			run := func() {
 				ctx, pr := tel.begin(tk.ps.ctx, tk)
-				pr.failed(ctx, failure)
-				pr.retry(ctx)
+				pr.failed(ctx, failure, 1)
+				pr.retry(ctx, 1)
 				tk.res = resHandled
-				pr.handled(ctx)
+				pr.handled(ctx, 1)
 				pr.end(ctx)
 			}
 			run() // the first record learns the tracer provider is off, and makes the SDK's data points
