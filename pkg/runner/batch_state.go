@@ -3,7 +3,6 @@ package runner
 import (
 	"cmp"
 	"context"
-	"hash/maphash"
 	"slices"
 	"time"
 
@@ -40,24 +39,7 @@ type partBatch struct {
 // enqueueBatch is enqueue for a batch route's record t.
 func (s *pollState) enqueueBatch(ps *partState, t *task) {
 	pb := ps.batch
-	var l *lane
-	switch s.cfg.ordering {
-	case KeyOrder:
-		if t.rec.Key != nil {
-			h := maphash.Bytes(s.keySeed, t.rec.Key)
-			l = ps.lanes[h]
-			switch {
-			case l == nil:
-				l = s.newLane(ps, h)
-				ps.lanes[h] = l
-				ps.lanePeak = max(ps.lanePeak, len(ps.lanes))
-			case !l.busy:
-				s.unlinkIdle(l)
-			}
-		}
-	case PartitionOrder:
-		l = ps.lane
-	}
+	l := s.laneOf(ps, t)
 	t.lane = l
 	switch {
 	case l == nil:

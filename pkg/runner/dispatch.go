@@ -70,24 +70,7 @@ func (s *pollState) deliver(b *Batch) {
 // enqueue puts t in its lane, or straight into the ready queue when its lane
 // is idle or it has none.
 func (s *pollState) enqueue(ps *partState, t *task) {
-	var l *lane
-	switch s.cfg.ordering {
-	case KeyOrder:
-		if t.rec.Key != nil {
-			h := maphash.Bytes(s.keySeed, t.rec.Key)
-			l = ps.lanes[h]
-			switch {
-			case l == nil:
-				l = s.newLane(ps, h)
-				ps.lanes[h] = l
-				ps.lanePeak = max(ps.lanePeak, len(ps.lanes))
-			case !l.busy:
-				s.unlinkIdle(l) // the key came back while its lane was cached
-			}
-		}
-	case PartitionOrder:
-		l = ps.lane
-	}
+	l := s.laneOf(ps, t)
 	t.lane = l
 	if l == nil {
 		s.ready.push(t)
@@ -99,6 +82,32 @@ func (s *pollState) enqueue(ps *partState, t *task) {
 	}
 	l.busy = true
 	s.ready.push(t)
+}
+
+// laneOf returns t's lane by the ordering: its key's in KeyOrder (made, or
+// taken back from the idle cache, as needed), its partition's in
+// PartitionOrder, none for a nil key or in Unordered mode.
+func (s *pollState) laneOf(ps *partState, t *task) *lane {
+	switch s.cfg.ordering {
+	case KeyOrder:
+		if t.rec.Key == nil {
+			return nil
+		}
+		h := maphash.Bytes(s.keySeed, t.rec.Key)
+		l := ps.lanes[h]
+		switch {
+		case l == nil:
+			l = s.newLane(ps, h)
+			ps.lanes[h] = l
+			ps.lanePeak = max(ps.lanePeak, len(ps.lanes))
+		case !l.busy:
+			s.unlinkIdle(l) // the key came back while its lane was cached
+		}
+		return l
+	case PartitionOrder:
+		return ps.lane
+	}
+	return nil
 }
 
 // dispatch moves ready tasks to the actions' work, for the workers' queue,
