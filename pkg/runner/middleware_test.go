@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"strings"
 	"sync"
@@ -351,10 +352,17 @@ func TestLogFailuresTimeout(t *testing.T) {
 // LogFailures is called.
 func TestLogFailuresNilLogger(t *testing.T) {
 	c := &logCapture{}
-	prev := slog.Default()
+	// slog.SetDefault with a handler of its own also points the log
+	// package's output at that handler (and clears its flags), and setting
+	// the previous default back does not undo that: every later line of
+	// slog.Default() would reach c and stay in it for the rest of the
+	// binary. Restore all three.
+	prev, out, flags := slog.Default(), log.Writer(), log.Flags()
 	slog.SetDefault(slog.New(c))
 	mw := runner.LogFailures(nil)
 	slog.SetDefault(prev)
+	log.SetOutput(out)
+	log.SetFlags(flags)
 	_ = mw(func(context.Context, runner.Record) error { return errors.New("x") })(context.Background(), timeoutRec)
 	if n := len(c.records()); n != 1 {
 		t.Fatalf("%d records in the default logger of the call, want 1", n)
