@@ -132,14 +132,13 @@ func (r *Runner) executeBatch(b *batch) {
 		}
 		for ; b.from < upto; b.from++ {
 			t := b.tasks[b.from]
-			t.attempts, t.firstFail, t.lastFail = attempt, b.firstFail, b.lastFail
 			if pol.kind == policySkip {
 				r.log.Error("record skipped after its last attempt", "record", t.rec.String(), "attempts", attempt, "kind", kind.String(), "err", cause)
 				pr.skip(ctx)
 				t.res = resSkipped
 				continue
 			}
-			if !r.deadLetter(ctx, t, cause, kind) {
+			if !r.deadLetter(ctx, t, cause, kind, attempts{n: attempt, first: b.firstFail, last: b.lastFail}) {
 				b.finish(resCancelled)
 				return
 			}

@@ -36,9 +36,9 @@ func (r *Runner) execute(t *task) {
 	rec := &t.rec
 	ctx, pr := r.tel.begin(t.ps.ctx, t)
 	defer pr.end(ctx)
-	counted := 0 // attempts counted against the policy's
+	counted := 0              // attempts counted against the policy's
+	var first, last time.Time // when the first and the last failed attempt ended
 	for attempt := 1; ; attempt++ {
-		t.attempts = attempt
 		applied, err := r.attempt(attemptContext(ctx, t.ps, attempt), t)
 		if err == nil && applied {
 			// Applied before (a replay after a restart or a handoff):
@@ -67,11 +67,10 @@ func (r *Runner) execute(t *task) {
 			return
 		}
 		kind := r.classify(rt, rec, err)
-		now := time.Now()
-		if t.firstFail.IsZero() {
-			t.firstFail = now
+		last = time.Now()
+		if first.IsZero() {
+			first = last
 		}
-		t.lastFail = now
 		pr.failed(ctx, err, 1)
 		t.fail.Store(&failure{attempts: attempt, err: err.Error(), kind: kind})
 		if kind != TransientKind {
@@ -90,7 +89,7 @@ func (r *Runner) execute(t *task) {
 				t.res = resSkipped
 				return
 			}
-			if r.deadLetter(ctx, t, err, kind) {
+			if r.deadLetter(ctx, t, err, kind, attempts{n: attempt, first: first, last: last}) {
 				t.res = resDeadLettered
 			} else {
 				t.res = resCancelled
@@ -184,17 +183,26 @@ func (r *Runner) backoff(attempt int) time.Duration {
 	return backoff.Jittered(r.cfg.backoffInitial, r.cfg.backoffMax, attempt)
 }
 
+// attempts are a record's attempts when it is given up: how many, and when
+// the first and the last failed attempt ended (the dead-letter headers).
+// They live on the worker's stack, not in the task, which every record
+// pays for.
+type attempts struct {
+	n           int
+	first, last time.Time
+}
+
 // deadLetter writes the record to its route's dead-letter topic, with the
 // dead-letter headers (deadletter.go), retrying with backoff until the
 // write is acknowledged; false if ctx ended first.
-func (r *Runner) deadLetter(ctx context.Context, t *task, cause error, kind ErrorKind) bool {
+func (r *Runner) deadLetter(ctx context.Context, t *task, cause error, kind ErrorKind, a attempts) bool {
 	rt := t.route
 	rec := t.rec
-	rec.Headers = deadLetterHeaders(&t.rec, r.group, cause, kind, t.attempts, t.firstFail, t.lastFail)
+	rec.Headers = deadLetterHeaders(&t.rec, r.group, cause, kind, a.n, a.first, a.last)
 	for i := 1; ; i++ {
 		err := r.writeDeadLetter(ctx, rt, rec)
 		if err == nil {
-			r.log.Error("record dead-lettered", "record", t.rec.String(), "topic", rt.policy.topic, "attempts", t.attempts, "kind", kind.String(), "err", cause)
+			r.log.Error("record dead-lettered", "record", t.rec.String(), "topic", rt.policy.topic, "attempts", a.n, "kind", kind.String(), "err", cause)
 			r.tel.deadLetter(ctx, t)
 			return true
 		}

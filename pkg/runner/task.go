@@ -23,11 +23,7 @@ type task struct {
 	delivered time.Time
 
 	// Set by the worker before it hands the task back.
-	res      result
-	attempts int
-	// When the first and the last failed attempt ended (dead-letter
-	// headers); zero until one failed.
-	firstFail, lastFail time.Time
+	res result
 	// fail is the last failed attempt, set by the worker as it happens (the
 	// poll goroutine reads it for the oldest-unfinished stats).
 	fail atomic.Pointer[failure]
