@@ -345,7 +345,9 @@ type processing struct {
 func (tel *telemetry) begin(ctx context.Context, t *task) (context.Context, processing) {
 	pt := t.ps.tel
 	ctx, span := tel.tracer.start(ctx, &t.rec, pt)
-	return ctx, tel.started(ctx, processing{tel: tel, pt: pt, t: t, span: span}, 1)
+	p := processing{tel: tel, pt: pt, t: t, span: span}
+	tel.started(ctx, &p, 1)
+	return ctx, p
 }
 
 // beginBatch starts b's processing: its span (see tracer.startBatch) and
@@ -353,18 +355,19 @@ func (tel *telemetry) begin(ctx context.Context, t *task) (context.Context, proc
 func (tel *telemetry) beginBatch(ctx context.Context, b *batch) (context.Context, processing) {
 	pt := b.ps.tel
 	ctx, span := tel.tracer.startBatch(ctx, b, pt)
-	return ctx, tel.started(ctx, processing{tel: tel, pt: pt, b: b, span: span}, len(b.tasks))
+	p := processing{tel: tel, pt: pt, b: b, span: span}
+	tel.started(ctx, &p, len(b.tasks))
+	return ctx, p
 }
 
 // started counts n records consumed and starts p's clock.
-func (tel *telemetry) started(ctx context.Context, p processing, n int) processing {
+func (tel *telemetry) started(ctx context.Context, p *processing, n int) {
 	tel.consumed.Add(ctx, int64(n), p.pt.procAdd...)
 	// The clock is read only when a meter provider records the duration:
 	// two clock reads are a tenth of a no-op record's cost.
 	if tel.duration.Enabled(ctx) {
 		p.start = time.Now()
 	}
-	return p
 }
 
 // handled counts n records as handled.
