@@ -425,3 +425,66 @@ func TestInboxUpgradeFromVersion2(t *testing.T) {
 		t.Fatalf("after another member's bump: %v, want ErrFenced", err)
 	}
 }
+
+// the handler was broken, every record of a partition was dead-lettered
+// (no inbox row), the fix is deployed, the dead letters are redriven —
+// with RetainFor set far longer than the time between the dead-lettering
+// and the redrive. docs/inbox.md says "RetainFor(d) keeps every row younger
+// than d, so dead letters redriven within d are decided". A retention round
+// between the dead-lettering and the redrive must not make them
+// undecidable: no row was there to keep, so nothing may stop the mark.
+func TestInboxRedriveAfterAnOutageWithinRetainFor(t *testing.T) {
+	for _, m := range inboxModes {
+		t.Run(m.name, func(t *testing.T) {
+			ctx := context.Background()
+			pool := inboxDB(t)
+			s := inboxStore(t, pool, "g", inbox.Batch(m.batch), inbox.RetainRecords(0), inbox.RetainFor(time.Hour))
+			for p := range int32(2) {
+				inboxTake(t, s, runner.TP{Topic: "t", Partition: p}, -1)
+			}
+			apply := m.apply(s)
+			// t/0@0..4 were all dead-lettered a moment ago; the group's
+			// committed offset is past them, and a retention round runs.
+			if _, err := s.Prune(ctx, runner.TP{Topic: "t", Partition: 0}, 5); err != nil {
+				t.Fatal(err)
+			}
+			red := inboxRedriven(1, 20, inboxRec("t", 0, 2))
+			if err := apply(ctx, red)[0]; err != nil {
+				t.Fatalf("redrive of t/0@2, dead-lettered well within RetainFor(1h): %v", err)
+			}
+			if n := inboxEffectsOf(t, pool, inboxRec("t", 0, 2)); n != 1 {
+				t.Fatalf("%d effects of the redriven dead letter, want 1", n)
+			}
+		})
+	}
+}
+
+// TestInboxRedriveWithAnOriginTopicPostgreSQLRefuses: a record whose origin
+// topic header is not UTF-8 (no Kafka topic is) fails alone, with
+// ErrBadOrigin, permanent; the records sharing its transaction (a Batch, a
+// BatchHandler's batch) apply, as beside an undecidable origin: else each
+// attempt fails them all and the policy gives up good records with it.
+func TestInboxRedriveWithAnOriginTopicPostgreSQLRefuses(t *testing.T) {
+	for _, m := range inboxModes {
+		t.Run(m.name, func(t *testing.T) {
+			ctx := context.Background()
+			pool := inboxDB(t)
+			s := inboxStore(t, pool, "g", inbox.Batch(m.batch))
+			inboxTake(t, s, runner.TP{Topic: "t", Partition: 1}, -1)
+			bad := inboxRedriven(1, 7, inboxRec("t", 0, 3))
+			bad.Headers[0].Value = []byte("t\xff")
+			good := inboxRec("t", 1, 8)
+			errs := m.apply(s)(ctx, bad, good)
+			if !errors.Is(errs[0], inbox.ErrBadOrigin) || runner.KindOf(errs[0]) != runner.PermanentKind {
+				t.Errorf("the record with a non-UTF-8 origin topic: %v (kind %v), want ErrBadOrigin, permanent", errs[0], runner.KindOf(errs[0]))
+			}
+			if m.name != "BatchHandler" && errs[1] != nil {
+				// A BatchHandler's batch has one error, the bad record's.
+				t.Errorf("a good record beside it: %v", errs[1])
+			}
+			if n := inboxCount(t, pool, `SELECT count(*) FROM effects WHERE partition = 1 AND "offset" = 8`); n != 1 {
+				t.Errorf("%d effects of the good record beside it, want 1", n)
+			}
+		})
+	}
+}

@@ -36,6 +36,16 @@ func TestOriginOf(t *testing.T) {
 		{"offset not a number", h(T, "orders", P, "2", O, "4x"), "", true},
 		{"negative partition", h(T, "orders", P, "-1", O, "41"), "", true},
 		{"partition too large", h(T, "orders", P, "4294967296", O, "41"), "", true},
+		{"offset too large", h(T, "orders", P, "2", O, "9223372036854775808"), "", true},
+		// Not a topic Kafka can have; PostgreSQL refuses the first two in
+		// a text column (22021), which failed the claim of every record
+		// of the batch, retryable, on every attempt.
+		{"topic not UTF-8", h(T, "ord\xffers", P, "2", O, "41"), "", true},
+		{"topic with a NUL", h(T, "ord\x00ers", P, "2", O, "41"), "", true},
+		{"topic with a space", h(T, "my orders", P, "2", O, "41"), "", true},
+		{"topic too long", h(T, strings.Repeat("o", 250), P, "2", O, "41"), "", true},
+		{"topic of 249 bytes", h(T, strings.Repeat("o", 249), P, "2", O, "41"), strings.Repeat("o", 249) + "/2@41", false},
+		{"topic with dots, dashes and underscores", h(T, "a.b-c_D9", P, "2", O, "41"), "a.b-c_D9/2@41", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
