@@ -113,3 +113,37 @@ func TestInboxTransientErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestInboxEffectOutlivingTheServersTimeoutIsNotTransient: an effect that
+// stays idle in its transaction longer than the server allows
+// (idle_in_transaction_session_timeout: a slow call out, for this record
+// every time) has its session ended by the server with FATAL 25P03. That
+// is the record's failure, as a statement_timeout is (57014, counted):
+// marked Transient it would be retried without a count for ever, the
+// partition stuck behind a poison record that no policy can give up.
+func TestInboxEffectOutlivingTheServersTimeoutIsNotTransient(t *testing.T) {
+	for _, batch := range []int{1, 4} {
+		t.Run(fmt.Sprintf("batch %d", batch), func(t *testing.T) {
+			ctx := context.Background()
+			pool := inboxDB(t)
+			s := inboxStore(t, pool, "g", inbox.Batch(batch))
+			inboxTake(t, s, runner.TP{Topic: "t", Partition: 0}, -1)
+			h := s.Handler(func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
+				if _, err := tx.Exec(ctx, "SET LOCAL idle_in_transaction_session_timeout = '100ms'"); err != nil {
+					return err
+				}
+				time.Sleep(500 * time.Millisecond) // the slow call out, every attempt
+				return inboxEffect("a")(ctx, tx, rec)
+			})
+			cctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			err := h(cctx, inboxRec("t", 0, 1))
+			if err == nil {
+				t.Fatal("the effect outlived idle_in_transaction_session_timeout and succeeded")
+			}
+			if k := runner.KindOf(err); k == runner.TransientKind {
+				t.Fatalf("%v: kind %v; a record whose effect always outlives the server's timeout would be retried uncounted for ever", err, k)
+			}
+		})
+	}
+}

@@ -82,3 +82,22 @@ func TestBatchHandlerUnreachableIsTransient(t *testing.T) {
 		t.Fatalf("got %v (kind %v, effect ran %v), want transient", err, runner.KindOf(err), ran)
 	}
 }
+
+// TestConnErrorTransactionTimeouts: the server ends a session whose
+// transaction stayed idle past idle_in_transaction_session_timeout (FATAL
+// 25P03) or ran past transaction_timeout (FATAL 25P04). That is the
+// transaction's doing, as a statement_timeout (57014) is: retryable, counted
+// by the runner's policy. Transient, a record whose effect always outlives
+// the timeout would be retried without a count for ever.
+func TestConnErrorTransactionTimeouts(t *testing.T) {
+	for _, code := range []string{"25P03", "25P04"} {
+		pgErr := &pgconn.PgError{Severity: "FATAL", Code: code, Message: "terminating connection due to idle-in-transaction timeout"}
+		if err := inbox.ConnError("committing t/0@1", pgErr); runner.KindOf(err) != runner.Retryable || !errors.Is(err, pgErr) {
+			t.Errorf("%s: %v: kind %v, want retryable wrapping the PgError", code, err, runner.KindOf(err))
+		}
+	}
+	// A session ended by a shutdown stays transient.
+	if err := inbox.ConnError("committing t/0@1", &pgconn.PgError{Severity: "FATAL", Code: "57P01"}); runner.KindOf(err) != runner.TransientKind {
+		t.Errorf("57P01: kind %v, want transient", runner.KindOf(err))
+	}
+}
