@@ -186,3 +186,56 @@ func TestBatcherForgetsIdlePartitions(t *testing.T) {
 		}
 	})
 }
+
+// TestBatchKeepsARedriveFromItsOrigin: a redriven dead letter and its
+// origin record itself (consumed again after an offset reset, on the same
+// partition: `dlt replay --to` the origin topic, partitioned by the same
+// key) never share a batch. In one the claim takes the redrive for a
+// replay of the origin's row claimed just before — and reports it done —
+// even if the origin's effect then rolls back to its savepoint: the
+// redrive, the one copy that was to apply the event, is lost as a
+// replay. Two redrives of one origin are kept apart for this reason
+// already (take).
+func TestBatchKeepsARedriveFromItsOrigin(t *testing.T) {
+	tp := runner.TP{Topic: "t", Partition: 0}
+	s := batchStore(t, 4, tp)
+	synctest.Test(t, func(t *testing.T) {
+		first, release := make(chan struct{}), make(chan struct{})
+		var batches atomic.Int32
+		var together atomic.Bool
+		h, _ := inbox.BatchHandler(s, func(recs []runner.Record) []error {
+			if batches.Add(1) == 1 { // record 0 alone: hold it while the others queue
+				close(first)
+				<-release
+			}
+			offs := map[int64]bool{}
+			for _, r := range recs {
+				offs[r.Offset] = true
+			}
+			if offs[5] && offs[100] {
+				together.Store(true)
+			}
+			return make([]error, len(recs))
+		})
+		done := make(chan error, 3)
+		call := func(rec runner.Record) { go func() { done <- h(context.Background(), rec) }() }
+		call(runner.Record{Topic: "t", Offset: 0})
+		<-first
+		call(runner.Record{Topic: "t", Offset: 5})
+		call(runner.Record{Topic: "t", Offset: 100, Headers: []runner.Header{
+			{Key: runner.HeaderOriginTopic, Value: []byte("t")},
+			{Key: runner.HeaderOriginPartition, Value: []byte("0")},
+			{Key: runner.HeaderOriginOffset, Value: []byte("5")},
+		}})
+		synctest.Wait() // 5 and 100 are queued behind record 0
+		close(release)
+		for range 3 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if together.Load() {
+			t.Fatal("t/0@100, a redrive of t/0@5, shared a batch with t/0@5")
+		}
+	})
+}
