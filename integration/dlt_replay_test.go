@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/integration/bed"
@@ -272,5 +273,48 @@ func dltOnce(t *testing.T, pool *pgxpool.Pool, n int) {
 	distinct := inboxCount(t, pool, "SELECT count(DISTINCT value) FROM effects")
 	if effects != int64(n) || distinct != int64(n) {
 		t.Fatalf("%d effects of %d distinct records, want %d of each", effects, distinct, n)
+	}
+}
+
+// TestDLTReplayOfExpiredDeadLetters: a dead-letter topic whose records are
+// all gone (retention.ms, or kafka-delete-records) still has its end
+// offsets above 0. There is nothing to read, and the command says so at
+// once: it must not wait for records below the log start offset that will
+// never come, until --timeout, and then fail.
+func TestDLTReplayOfExpiredDeadLetters(t *testing.T) {
+	ctx := context.Background()
+	dlt := bed.Topic(t, 1)
+	orders := bed.Topic(t, 1)
+	if err := bed.Client(t).ProduceSync(ctx, dltLetter(dlt, orders, 0, 1, "x"), dltLetter(dlt, orders, 0, 2, "x")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: dlt, Partition: 0, At: 2, LeaderEpoch: -1})
+	resp, err := bed.Admin(t).DeleteRecords(ctx, del)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("deleting the dead letters: %v", err)
+	}
+	start := time.Now()
+	cmd := exec.Command(inboxBuildTidemark(t), "dlt", "replay", "--brokers", strings.Join(bed.Kafka(t), ","), "--timeout", "20s",
+		"--from", dlt, "--to", orders)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "read 0 dead letters") {
+		t.Fatalf("replay of a dead-letter topic with no records left: %v after %v\n%s", err, time.Since(start).Round(time.Second), out)
+	}
+}
+
+// TestDLTReplayUnreachableBroker: a broker that cannot be reached is an
+// error that names it, with exit status 1, well before --timeout.
+func TestDLTReplayUnreachableBroker(t *testing.T) {
+	start := time.Now()
+	cmd := exec.Command(inboxBuildTidemark(t), "dlt", "replay", "--brokers", "127.0.0.1:1", "--timeout", "2m",
+		"--from", "x.dlt", "--to", "x")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "127.0.0.1:1") || time.Since(start) > time.Minute {
+		t.Fatalf("unreachable broker: %v after %v, want exit 1 naming it within a minute\n%s", err, time.Since(start).Round(time.Second), out)
 	}
 }
