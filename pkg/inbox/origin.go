@@ -72,6 +72,11 @@ func originOf(rec *runner.Record) (*origin, error) {
 		return nil, bad("header %s is missing", runner.HeaderOriginPartition)
 	case !okO:
 		return nil, bad("header %s is missing", runner.HeaderOriginOffset)
+	case !kafkaTopic(t):
+		// No record came from it; and PostgreSQL refuses a name that is
+		// not UTF-8 or holds a NUL, which would fail the claim of every
+		// record sharing the transaction, on every attempt.
+		return nil, bad("header %s %q is not a Kafka topic name", runner.HeaderOriginTopic, t)
 	}
 	part, err := strconv.ParseInt(string(p), 10, 32)
 	if err != nil || part < 0 {
@@ -86,6 +91,22 @@ func originOf(rec *runner.Record) (*origin, error) {
 		return nil, nil // the record is its own origin: its own row is the one
 	}
 	return or, nil
+}
+
+// kafkaTopic reports whether t is a name Kafka allows for a topic: 1 to
+// 249 of [a-zA-Z0-9._-], not "." or "..".
+func kafkaTopic(t []byte) bool {
+	if len(t) == 0 || len(t) > 249 || string(t) == "." || string(t) == ".." {
+		return false
+	}
+	for _, c := range t {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // ErrBadOrigin is returned, wrapped with the record and marked
