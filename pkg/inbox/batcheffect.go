@@ -45,9 +45,10 @@ type BatchEffect func(ctx context.Context, tx pgx.Tx, recs []runner.Record) erro
 // size limit of the inbox's (it has no savepoints).
 //
 // A redriven dead letter whose origin is below its partition's applied
-// mark with no row left (see OriginBelowMarkError) cannot be decided: the
+// mark with no row left (see OriginBelowMarkError) cannot be decided, and
+// one whose origin headers are malformed (ErrBadOrigin) cannot be read: the
 // other records of its batch are applied and committed, and the handler
-// returns the *OriginBelowMarkError (runner.Permanent), so the runner's
+// returns those records' errors (runner.Permanent), so the runner's
 // policy gives the batch up — its applied records are replays if they
 // are ever redriven, the undecidable one is dead-lettered again.
 //
@@ -94,6 +95,9 @@ func (b *batcher) handleBatch(ctx context.Context, recs []runner.Record) error {
 		return fmt.Errorf("%w (record %s)", ErrNoLease, recs[0].String())
 	}
 	batch := make([]*item, 0, len(recs))
+	// Records whose origin headers are malformed are left out, as an
+	// undecidable origin is: the others apply, the batch's error is theirs.
+	var refused []error
 	for i := range recs {
 		rec := recs[i]
 		// A record whose last COMMIT is in doubt: done (applied) is left
@@ -107,17 +111,18 @@ func (b *batcher) handleBatch(ctx context.Context, recs []runner.Record) error {
 		}
 		or, err := originOf(&rec)
 		if err != nil {
-			return err
+			refused = append(refused, err)
+			continue
 		}
 		batch = append(batch, &item{ctx: ctx, rec: rec, key: s.dedupKey(&rec), origin: or})
 	}
 	if len(batch) == 0 {
-		return nil
+		return errors.Join(refused...)
 	}
 	b.run(ctx, batch, l)
 	// A failure of the transaction is every record's error; otherwise only
 	// undecidable origins have one.
-	var below []error
+	below := refused
 	for _, it := range batch {
 		var ob *OriginBelowMarkError
 		switch {
