@@ -284,7 +284,8 @@ func (b *batcher) take(it *item, p *pending) []*item {
 	// for a replay of the first — and reported done — even if the first's
 	// effect then rolled back to its savepoint. In separate transactions the
 	// second waits for the first's row and claims the key if it rolled back.
-	// The same holds for two redrives of one origin (see origin.go).
+	// The same holds for two redrives of one origin (see origin.go), and
+	// for a redrive and its origin record itself (redriven is their test).
 	// keys stays nil (no allocation) while no record has one.
 	var keys map[string]bool
 	add := func(ks []string) {
@@ -296,6 +297,7 @@ func (b *batcher) take(it *item, p *pending) []*item {
 		}
 	}
 	add(it.keys())
+	redrives := it.origin != nil // some record of the batch is a redrive
 	rest := p.queue[:0]
 	for _, q := range p.queue {
 		qk := q.keys()
@@ -303,10 +305,16 @@ func (b *batcher) take(it *item, p *pending) []*item {
 		for _, k := range qk {
 			dup = dup || keys[k]
 		}
+		if redrives || q.origin != nil {
+			for _, x := range batch {
+				dup = dup || redriven(q, x) || redriven(x, q)
+			}
+		}
 		if len(batch) == b.s.cfg.batch || dup {
 			rest = append(rest, q)
 			continue
 		}
+		redrives = redrives || q.origin != nil
 		add(qk)
 		q.state = itemTaken
 		batch = append(batch, q)
@@ -314,6 +322,12 @@ func (b *batcher) take(it *item, p *pending) []*item {
 	clear(p.queue[len(rest):])
 	p.queue = rest
 	return batch
+}
+
+// redriven reports whether a is a redrive of the record b.
+func redriven(a, b *item) bool {
+	o := a.origin
+	return o != nil && o.offset == b.rec.Offset && o.partition == b.rec.Partition && o.topic == b.rec.Topic
 }
 
 // keys are the identities of it that no other record of its batch may
