@@ -494,9 +494,16 @@ func connError(what string, err error) error {
 // shutdown or crash terminated the backends, 57P01 and 57P02), the server
 // is starting or in recovery (57P03), it has no connection slot left
 // (53300), or the connection failed (class 08). A statement timeout or a
-// cancel (57014) is not among them: it is the statement's.
+// cancel (57014) is not among them: it is the statement's. Nor is a session
+// the server ended, FATAL, because its transaction stayed idle longer than
+// idle_in_transaction_session_timeout (25P03) or ran longer than
+// transaction_timeout (25P04): that is the transaction's, and an effect that
+// always outlives it is a poison record the runner's policy must be able to
+// give up, not one retried without a count for ever.
 func sessionEnded(pe *pgconn.PgError) bool {
 	switch {
+	case pe.Code == "25P03" || pe.Code == "25P04":
+		return false
 	case pe.Severity == "FATAL" || pe.Severity == "PANIC":
 		return true
 	case strings.HasPrefix(pe.Code, "08"):
