@@ -696,6 +696,16 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 			// the whole batch runs again.
 			return ferr
 		}
+		if tx.Conn().IsClosed() {
+			// The effect's failure took the connection, and the batch
+			// with it. The failure is this record's, classified as a
+			// batch of one's is (effectError: a server shutdown is
+			// transient, a transaction timeout is not); the others did
+			// nothing wrong and run again without a count.
+			it.err = effectError(ctx, "running the effect of "+it.rec.String(), ferr)
+			return &UnavailableError{What: "running the batch of " + batchName(batch) + " (the connection ended in the effect of " + it.rec.String() + ")",
+				Err: ferr, mark: &runner.TransientError{Err: ferr}}
+		}
 		var err error
 		switch etx.state {
 		case spFailed:
