@@ -215,6 +215,15 @@ func (r *replay) run(ctx context.Context, seeds []string) (summary, error) {
 	if _, ok := ends[r.from]; !ok {
 		return sum, fmt.Errorf("topic %s does not exist", r.from)
 	}
+	// The log start: records below it are gone (retention.ms, deleted
+	// records); waiting for them would wait until --timeout.
+	logStarts, err := adm.ListStartOffsets(ctx, r.from)
+	if err == nil {
+		err = logStarts.Error()
+	}
+	if err != nil {
+		return sum, fmt.Errorf("listing the start offsets of %s: %w", r.from, err)
+	}
 	starts := map[int32]int64{}
 	if r.group != "" {
 		resp, err := adm.FetchOffsets(ctx, r.group)
@@ -239,6 +248,9 @@ func (r *replay) run(ctx context.Context, seeds []string) (summary, error) {
 			start = 0
 		} else {
 			consume[p] = kgo.NewOffset().At(start)
+		}
+		if ls, ok := logStarts.Lookup(r.from, p); ok && ls.Offset > start {
+			start = ls.Offset
 		}
 		if lo.Offset > start {
 			pending[p] = lo.Offset
