@@ -168,3 +168,46 @@ func TestInboxBatchHandlerRefuses(t *testing.T) {
 		t.Fatalf("%d effects", n)
 	}
 }
+
+// TestInboxBatchHandlerPanic: a BatchEffect that panics after writing
+// part of its effect goes to the runner as a panic, with the transaction
+// rolled back (no effect, no inbox row), the connection back in the pool,
+// and the batch applied once when it runs again.
+func TestInboxBatchHandlerPanic(t *testing.T) {
+	ctx := context.Background()
+	pool := inboxDB(t)
+	s := inboxStore(t, pool, "g")
+	inboxTake(t, s, runner.TP{Topic: "t", Partition: 0}, -1)
+	boom := true
+	h := s.BatchHandler(func(ctx context.Context, tx pgx.Tx, recs []runner.Record) error {
+		if err := inboxBatchEffect("a", nil)(ctx, tx, recs[:1]); err != nil {
+			return err
+		}
+		if boom {
+			panic("the effect panicked")
+		}
+		return inboxBatchEffect("a", nil)(ctx, tx, recs[1:])
+	})
+	batch := inboxBatchOf(0, 0, 3)
+	func() {
+		defer func() {
+			if v := recover(); v == nil {
+				t.Error("the effect's panic did not reach the caller")
+			}
+		}()
+		_ = h(ctx, batch)
+	}()
+	if n := inboxCount(t, pool, "SELECT count(*) FROM effects") + inboxCount(t, pool, "SELECT count(*) FROM tidemark_inbox"); n != 0 {
+		t.Fatalf("%d effects and inbox rows after the panic, want 0", n)
+	}
+	if n := pool.Stat().AcquiredConns(); n != 0 {
+		t.Fatalf("%d connections still acquired after the panic", n)
+	}
+	boom = false
+	if err := h(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if n := inboxCount(t, pool, "SELECT count(*) FROM effects"); n != 3 {
+		t.Fatalf("%d effects after the batch ran again, want 3", n)
+	}
+}
