@@ -426,39 +426,6 @@ func TestInboxUpgradeFromVersion2(t *testing.T) {
 	}
 }
 
-// the handler was broken, every record of a partition was dead-lettered
-// (no inbox row), the fix is deployed, the dead letters are redriven —
-// with RetainFor set far longer than the time between the dead-lettering
-// and the redrive. docs/inbox.md says "RetainFor(d) keeps every row younger
-// than d, so dead letters redriven within d are decided". A retention round
-// between the dead-lettering and the redrive must not make them
-// undecidable: no row was there to keep, so nothing may stop the mark.
-func TestInboxRedriveAfterAnOutageWithinRetainFor(t *testing.T) {
-	for _, m := range inboxModes {
-		t.Run(m.name, func(t *testing.T) {
-			ctx := context.Background()
-			pool := inboxDB(t)
-			s := inboxStore(t, pool, "g", inbox.Batch(m.batch), inbox.RetainRecords(0), inbox.RetainFor(time.Hour))
-			for p := range int32(2) {
-				inboxTake(t, s, runner.TP{Topic: "t", Partition: p}, -1)
-			}
-			apply := m.apply(s)
-			// t/0@0..4 were all dead-lettered a moment ago; the group's
-			// committed offset is past them, and a retention round runs.
-			if _, err := s.Prune(ctx, runner.TP{Topic: "t", Partition: 0}, 5); err != nil {
-				t.Fatal(err)
-			}
-			red := inboxRedriven(1, 20, inboxRec("t", 0, 2))
-			if err := apply(ctx, red)[0]; err != nil {
-				t.Fatalf("redrive of t/0@2, dead-lettered well within RetainFor(1h): %v", err)
-			}
-			if n := inboxEffectsOf(t, pool, inboxRec("t", 0, 2)); n != 1 {
-				t.Fatalf("%d effects of the redriven dead letter, want 1", n)
-			}
-		})
-	}
-}
-
 // TestInboxRedriveWithAnOriginTopicPostgreSQLRefuses: a record whose origin
 // topic header is not UTF-8 (no Kafka topic is) fails alone, with
 // ErrBadOrigin, permanent; the records sharing its transaction (a Batch, a
@@ -484,6 +451,58 @@ func TestInboxRedriveWithAnOriginTopicPostgreSQLRefuses(t *testing.T) {
 			}
 			if n := inboxCount(t, pool, `SELECT count(*) FROM effects WHERE partition = 1 AND "offset" = 8`); n != 1 {
 				t.Errorf("%d effects of the good record beside it, want 1", n)
+			}
+		})
+	}
+}
+
+// TestInboxRedriveTwiceOnTwoMembers: one dead letter redriven twice, the
+// copies landing on partitions of two members (A holds t/1, B t/2), at
+// once. While A's effect runs, B's claim waits on A's origin row; if A's
+// effect fails, B applies the event; if A commits, B's copy is a replay.
+// Either way the event is applied once.
+func TestInboxRedriveTwiceOnTwoMembers(t *testing.T) {
+	for _, aFails := range []bool{false, true} {
+		t.Run(fmt.Sprintf("A fails %v", aFails), func(t *testing.T) {
+			ctx := context.Background()
+			pool := inboxDB(t)
+			a := inboxStore(t, pool, "g", inbox.Owner("a"))
+			b := inboxStore(t, pool, "g", inbox.Owner("b"))
+			inboxTake(t, a, runner.TP{Topic: "t", Partition: 1}, -1)
+			inboxTake(t, b, runner.TP{Topic: "t", Partition: 2}, -1)
+			origin := inboxRec("t", 0, 5)
+			inside, release := make(chan struct{}), make(chan struct{})
+			aDone := make(chan error, 1)
+			go func() {
+				aDone <- a.Handler(func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
+					if err := inboxEffect("a")(ctx, tx, rec); err != nil {
+						return err
+					}
+					close(inside)
+					<-release
+					if aFails {
+						return errors.New("A's effect failed")
+					}
+					return nil
+				})(ctx, inboxRedriven(1, 30, origin))
+			}()
+			<-inside
+			bDone := make(chan error, 1)
+			go func() { bDone <- b.Handler(inboxEffect("b"))(ctx, inboxRedriven(2, 40, origin)) }()
+			select {
+			case err := <-bDone:
+				t.Fatalf("B's redrive returned (%v) while A's, of the same origin, was uncommitted", err)
+			case <-time.After(300 * time.Millisecond): // B waits on A's origin row
+			}
+			close(release)
+			if err := <-aDone; (err != nil) != aFails {
+				t.Fatalf("A: %v", err)
+			}
+			if err := <-bDone; err != nil {
+				t.Fatalf("B: %v", err)
+			}
+			if n := inboxEffectsOf(t, pool, origin); n != 1 {
+				t.Fatalf("%d effects of one event redriven twice on two members, want 1", n)
 			}
 		})
 	}
