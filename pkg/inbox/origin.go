@@ -56,57 +56,17 @@ func (o *origin) key() string { return "\x00origin\x00" + o.String() }
 // none (or itself), and a runner.Permanent error when its origin headers
 // are incomplete or malformed: they will be the same on every attempt.
 func originOf(rec *runner.Record) (*origin, error) {
-	t, okT := rec.Header(runner.HeaderOriginTopic)
-	p, okP := rec.Header(runner.HeaderOriginPartition)
-	o, okO := rec.Header(runner.HeaderOriginOffset)
-	if !okT && !okP && !okO {
-		return nil, nil
+	o, ok, err := runner.OriginOf(rec.Headers)
+	if err != nil {
+		// No record came from it, and it is the same on every attempt; a
+		// topic name that is not UTF-8 or holds a NUL would also fail, in
+		// PostgreSQL, the claim of every record sharing the transaction.
+		return nil, runner.Permanent(fmt.Errorf("inbox: %s: %w: %v", rec.String(), ErrBadOrigin, err))
 	}
-	bad := func(format string, a ...any) error {
-		return runner.Permanent(fmt.Errorf("inbox: %s: %w: %s", rec.String(), ErrBadOrigin, fmt.Sprintf(format, a...)))
+	if !ok || o.Topic == rec.Topic && o.Partition == rec.Partition && o.Offset == rec.Offset {
+		return nil, nil // none, or the record is its own origin: its own row is the one
 	}
-	switch {
-	case !okT || len(t) == 0:
-		return nil, bad("header %s is missing or empty", runner.HeaderOriginTopic)
-	case !okP:
-		return nil, bad("header %s is missing", runner.HeaderOriginPartition)
-	case !okO:
-		return nil, bad("header %s is missing", runner.HeaderOriginOffset)
-	case !kafkaTopic(t):
-		// No record came from it; and PostgreSQL refuses a name that is
-		// not UTF-8 or holds a NUL, which would fail the claim of every
-		// record sharing the transaction, on every attempt.
-		return nil, bad("header %s %q is not a Kafka topic name", runner.HeaderOriginTopic, t)
-	}
-	part, err := strconv.ParseInt(string(p), 10, 32)
-	if err != nil || part < 0 {
-		return nil, bad("header %s %q is not a partition number", runner.HeaderOriginPartition, p)
-	}
-	off, err := strconv.ParseInt(string(o), 10, 64)
-	if err != nil || off < 0 {
-		return nil, bad("header %s %q is not an offset", runner.HeaderOriginOffset, o)
-	}
-	or := &origin{topic: string(t), partition: int32(part), offset: off}
-	if or.topic == rec.Topic && or.partition == rec.Partition && or.offset == rec.Offset {
-		return nil, nil // the record is its own origin: its own row is the one
-	}
-	return or, nil
-}
-
-// kafkaTopic reports whether t is a name Kafka allows for a topic: 1 to
-// 249 of [a-zA-Z0-9._-], not "." or "..".
-func kafkaTopic(t []byte) bool {
-	if len(t) == 0 || len(t) > 249 || string(t) == "." || string(t) == ".." {
-		return false
-	}
-	for _, c := range t {
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
+	return &origin{topic: o.Topic, partition: o.Partition, offset: o.Offset}, nil
 }
 
 // ErrBadOrigin is returned, wrapped with the record and marked

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -63,14 +64,12 @@ var originHeaders = map[string]bool{
 
 // deadLetterHeaders returns rec's headers followed by the dead-letter
 // headers, in a new slice (the record's own are never changed). The origin
-// headers are added only when rec has no whole origin (topic, partition
-// and offset): a redriven record keeps its first origin, and a partial one
+// headers are added only when rec has no valid origin (OriginOf): a
+// redriven record keeps its first origin, and a partial or malformed one
 // (which identifies nothing) is replaced by rec's own.
 func deadLetterHeaders(rec *Record, group string, cause error, kind ErrorKind, attempts int, first, last time.Time) []Header {
-	_, okTopic := rec.Header(HeaderOriginTopic)
-	_, okPart := rec.Header(HeaderOriginPartition)
-	_, okOff := rec.Header(HeaderOriginOffset)
-	keepOrigin := okTopic && okPart && okOff
+	_, has, bad := OriginOf(rec.Headers)
+	keepOrigin := has && bad == nil
 	hs := make([]Header, 0, len(rec.Headers)+12)
 	for _, h := range rec.Headers {
 		if !failureHeaders[h.Key] && (keepOrigin || !originHeaders[h.Key]) {
@@ -131,3 +130,67 @@ func rfc3339(t time.Time) []byte { return t.UTC().AppendFormat(nil, time.RFC3339
 // errorType (telemetry.go) for the rules. It is low in cardinality, so a
 // dashboard can group by it.
 func ErrorType(err error) string { return errorType(err) }
+
+// Origin is the record a dead letter came from, as its origin headers
+// (HeaderOriginTopic, HeaderOriginPartition, HeaderOriginOffset) name it.
+type Origin struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// String names the origin as topic/partition@offset.
+func (o Origin) String() string {
+	return o.Topic + "/" + strconv.FormatInt(int64(o.Partition), 10) + "@" + strconv.FormatInt(o.Offset, 10)
+}
+
+// OriginOf reads the origin headers among hs (the last of a repeated one
+// counts, as for Record.Header). ok is false when none of the three is
+// there. err names what is wrong when they are there but incomplete or
+// malformed: a missing one, a topic Kafka cannot have (1 to 249 of
+// [a-zA-Z0-9._-], not "." or ".."), a partition or an offset that is not
+// a non-negative number. The runner, pkg/inbox and `tidemark dlt replay`
+// read origins with it alone, so they agree on what one is.
+func OriginOf(hs []Header) (o Origin, ok bool, err error) {
+	rec := Record{Headers: hs}
+	t, okT := rec.Header(HeaderOriginTopic)
+	p, okP := rec.Header(HeaderOriginPartition)
+	off, okO := rec.Header(HeaderOriginOffset)
+	switch {
+	case !okT && !okP && !okO:
+		return o, false, nil
+	case !okT:
+		return o, true, fmt.Errorf("header %s is missing", HeaderOriginTopic)
+	case !okP:
+		return o, true, fmt.Errorf("header %s is missing", HeaderOriginPartition)
+	case !okO:
+		return o, true, fmt.Errorf("header %s is missing", HeaderOriginOffset)
+	case !kafkaTopic(t):
+		return o, true, fmt.Errorf("header %s %q is not a Kafka topic name", HeaderOriginTopic, t)
+	}
+	pn, err := strconv.ParseInt(string(p), 10, 32)
+	if err != nil || pn < 0 {
+		return o, true, fmt.Errorf("header %s %q is not a partition number", HeaderOriginPartition, p)
+	}
+	on, err := strconv.ParseInt(string(off), 10, 64)
+	if err != nil || on < 0 {
+		return o, true, fmt.Errorf("header %s %q is not an offset", HeaderOriginOffset, off)
+	}
+	return Origin{Topic: string(t), Partition: int32(pn), Offset: on}, true, nil
+}
+
+// kafkaTopic reports whether t is a name Kafka allows for a topic: 1 to
+// 249 of [a-zA-Z0-9._-], not "." or "..".
+func kafkaTopic(t []byte) bool {
+	if len(t) == 0 || len(t) > 249 || string(t) == "." || string(t) == ".." {
+		return false
+	}
+	for _, c := range t {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -37,15 +37,7 @@ type HeaderMatch struct {
 }
 
 // Origin is what a dead letter's origin headers say.
-type Origin struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-}
-
-func (o Origin) String() string {
-	return o.Topic + "/" + strconv.FormatInt(int64(o.Partition), 10) + "@" + strconv.FormatInt(o.Offset, 10)
-}
+type Origin = runner.Origin
 
 // Reasons a dead letter is left.
 const (
@@ -64,25 +56,12 @@ func header(hs []runner.Header, key string) ([]byte, bool) {
 	return nil, false
 }
 
-// OriginOf reads a dead letter's origin headers; ok is false when any of
-// the three is missing or malformed: the record is not a tidemark dead
-// letter that pkg/inbox could recognise when redriven.
-func OriginOf(hs []runner.Header) (o Origin, ok bool) {
-	t, okT := header(hs, runner.HeaderOriginTopic)
-	p, okP := header(hs, runner.HeaderOriginPartition)
-	off, okO := header(hs, runner.HeaderOriginOffset)
-	if !okT || !okP || !okO || len(t) == 0 {
-		return o, false
-	}
-	pn, err := strconv.ParseInt(string(p), 10, 32)
-	if err != nil || pn < 0 {
-		return o, false
-	}
-	on, err := strconv.ParseInt(string(off), 10, 64)
-	if err != nil || on < 0 {
-		return o, false
-	}
-	return Origin{Topic: string(t), Partition: int32(pn), Offset: on}, true
+// OriginOf reads a dead letter's origin headers (runner.OriginOf); ok is
+// false when any of the three is missing or malformed: the record is not a
+// tidemark dead letter that pkg/inbox could recognise when redriven.
+func OriginOf(hs []runner.Header) (Origin, bool) {
+	o, ok, err := runner.OriginOf(hs)
+	return o, ok && err == nil
 }
 
 // Match says whether f takes a dead letter with headers hs, and if not,
