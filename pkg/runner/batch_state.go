@@ -137,8 +137,7 @@ func (s *pollState) lingerDue() {
 // turn, so neither starves the other, while fewer than Concurrency handler
 // calls are queued or running (a batch is one call).
 func (s *pollState) dispatchMixed() {
-	var head, tail *task
-	n := 0
+	var out queue // what this dispatch hands to the workers
 	for s.inflight-s.batchExtra < s.cfg.concurrency {
 		s.batchTurn = !s.batchTurn
 		var t *task
@@ -152,16 +151,10 @@ func (s *pollState) dispatchMixed() {
 		if t == nil {
 			break
 		}
-		if head == nil {
-			head = t
-		} else {
-			tail.nextQ = t
-		}
-		tail = t
-		n++
+		out.push(t)
 	}
-	if n > 0 {
-		s.acts.work.add(head, tail, n)
+	if out.n > 0 {
+		s.acts.work.add(out.head, out.tail, out.n)
 	}
 }
 

@@ -117,8 +117,7 @@ func (s *pollState) dispatch() {
 		s.dispatchMixed()
 		return
 	}
-	var head, tail *task
-	n := 0
+	var out queue // what this dispatch hands to the workers
 	for s.inflight < s.cfg.concurrency {
 		t := s.ready.pop()
 		if t == nil {
@@ -131,16 +130,10 @@ func (s *pollState) dispatch() {
 		t.started = true
 		t.ps.inflight++
 		s.inflight++
-		if head == nil {
-			head = t
-		} else {
-			tail.nextQ = t
-		}
-		tail = t
-		n++
+		out.push(t)
 	}
-	if n > 0 {
-		s.acts.work.add(head, tail, n)
+	if out.n > 0 {
+		s.acts.work.add(out.head, out.tail, out.n)
 	}
 }
 
