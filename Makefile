@@ -52,7 +52,7 @@ help:
 	@echo 'make demo            test bed up, then the orders demo (examples/orders/demo)'
 	@echo 'make bench           test bed up, then the benchmark harness: docs/bench/bench.json and its plots'
 	@echo 'make test            vet + unit tests + integration tests on the test bed (what CI runs)'
-	@echo 'make vet             go vet, with and without the integration tag, and mod-check'
+	@echo 'make vet             go vet, with and without the integration tag, mod-check, promtool on deploy/'
 	@echo 'make mod-check       every go.mod tidy and complete on its own, without go.work'
 	@echo 'make unit            go test -race work: every module of go.work (no servers)'
 	@echo 'make integration     integration tests against a running bed (.testbed/env or TIDEMARK_* variables)'
@@ -77,9 +77,13 @@ test: vet unit
 	if [ "$$status" -ne 0 ]; then echo "make test: FAILED (exit $$status)" >&2; fi; \
 	exit $$status
 
+# scripts/promtool-check: promtool on deploy/prometheus's rules (check and
+# unit tests) and on the dashboard's queries; under a second once promtool
+# is there (its first run fetches Debian's prometheus package, 19 MB).
 vet: mod-check
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags integration $(INTEGRATION_PKGS)
+	scripts/promtool-check
 
 # In workspace mode a package may import a module that only a sibling
 # module requires: the library would build here and not for its users.

@@ -61,10 +61,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	promclient "github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/otlptranslator"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/tidemark/tidemark/pkg/inbox"
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -258,13 +261,10 @@ func run(cfg config, log *slog.Logger) int {
 		return 1
 	}
 
-	// Telemetry: OpenTelemetry metrics, exported for Prometheus on /metrics.
-	reg := promclient.NewRegistry()
-	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	metricsHandler, mp, err := newMetrics()
 	if err != nil {
 		return fail("metrics exporter", err)
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 
 	pool, err := pgxpool.New(ctx, cfg.dsn)
 	if err != nil {
@@ -329,9 +329,13 @@ func run(cfg config, log *slog.Logger) int {
 	}
 
 	probes := shutdown.NewProbes(r, 15*time.Second)
+	if err := observeReady(mp, cfg.group, probes.Ready); err != nil {
+		pool.Close()
+		return fail("readiness gauge", err)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/", probes.Handler())
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", metricsHandler)
 	ln, err := net.Listen("tcp", cfg.http)
 	if err != nil {
 		pool.Close()
@@ -393,6 +397,60 @@ func run(cfg config, log *slog.Logger) int {
 	code := shutdown.ExitCode(stopErr)
 	log.Info("exiting", "status", code)
 	return code
+}
+
+// newMetrics is the service's metrics pipeline: an OpenTelemetry meter
+// provider whose metrics the returned handler serves in Prometheus' text
+// format (GET /metrics). deploy/prometheus and deploy/grafana query the
+// names it writes, and TestMetricsServeWhatDeployQueries checks them
+// against this function's output.
+func newMetrics() (http.Handler, *sdkmetric.MeterProvider, error) {
+	reg := promclient.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg),
+		// Pinned, not left to the default: underscore escaping with the
+		// unit and _total suffixes (tidemark.record.oldest_age ->
+		// tidemark_record_oldest_age_seconds), the names deploy/'s rules
+		// and dashboard query. The alternative writes UTF-8 names
+		// (tidemark.record.oldest_age_seconds) to a scraper that accepts
+		// them, as Prometheus 3 does; promtool 2.42 (Debian's, which
+		// checks deploy/prometheus) and Prometheus 2 cannot even parse
+		// those, and the rules would match nothing. Earlier releases of
+		// the exporter chose that alternative by default (when
+		// prometheus/common's validation scheme is utf8, its default),
+		// and v0.69.0's documentation still says so: an upgrade must not
+		// change the names silently.
+		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
+	if err != nil {
+		return nil, nil, err
+	}
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp)), nil
+}
+
+// observeReady exports ready — the probes' readiness, what /readyz
+// answers — as the gauge tidemark.ready: 1 while this member is ready, 0
+// otherwise, with messaging.consumer.group.name. The alert TidemarkNotReady
+// (deploy/prometheus) needs it: Prometheus' own up says only that /metrics
+// answered, which it does while the member is draining or, once readiness
+// follows the group, cut off from the coordinator. The library exports no
+// readiness metric, so the service does, from the same function its probe
+// serves.
+func observeReady(mp metric.MeterProvider, group string, ready func() (bool, string)) error {
+	m := mp.Meter("github.com/tidemark/tidemark/examples/orders")
+	g, err := m.Int64ObservableGauge("tidemark.ready",
+		metric.WithDescription("1 while this member is ready (its /readyz answers 200), else 0."))
+	if err != nil {
+		return err
+	}
+	attrs := metric.WithAttributes(semconv.MessagingConsumerGroupName(group))
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		v := int64(0)
+		if ok, _ := ready(); ok {
+			v = 1
+		}
+		o.ObserveInt64(g, v, attrs)
+		return nil
+	}, g)
+	return err
 }
 
 // newSource returns the consumer-group source, or in share mode the
