@@ -19,20 +19,27 @@ type Runner interface {
 	Stats() runner.Stats
 }
 
-// DefaultBudget is the shutdown budget when none is configured.
+// BudgetEnv is the environment variable NewCoordinator reads the budget
+// from when no Budget option is given.
+const BudgetEnv = "TIDEMARK_SHUTDOWN_BUDGET"
+
+// DefaultBudget is the shutdown budget when neither Budget nor
+// TIDEMARK_SHUTDOWN_BUDGET sets one.
 const DefaultBudget = 20 * time.Second
 
 // BudgetFromEnv reads TIDEMARK_SHUTDOWN_BUDGET (a Go duration such as "25s").
-// It returns DefaultBudget when the variable is unset, and an error naming
-// the variable and the value when it is not a positive duration.
+// It returns DefaultBudget when the variable is unset or empty, and an error
+// naming the variable and the value when it is not a positive duration.
+// NewCoordinator calls it when no Budget option is given; call it yourself
+// to fail on a bad value, or log the budget, before anything else starts.
 func BudgetFromEnv() (time.Duration, error) {
-	v, ok := os.LookupEnv("TIDEMARK_SHUTDOWN_BUDGET")
+	v, ok := os.LookupEnv(BudgetEnv)
 	if !ok || v == "" {
 		return DefaultBudget, nil
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("shutdown: TIDEMARK_SHUTDOWN_BUDGET=%q is not a positive duration (e.g. 25s)", v)
+		return 0, fmt.Errorf("shutdown: %s=%q is not a positive duration (e.g. 25s)", BudgetEnv, v)
 	}
 	return d, nil
 }
@@ -45,11 +52,12 @@ type Closer struct {
 
 // Coordinator runs the graceful stop. Build it with NewCoordinator.
 type Coordinator struct {
-	r       Runner
-	probes  *Probes
-	budget  time.Duration
-	closers []Closer
-	log     *slog.Logger
+	r         Runner
+	probes    *Probes
+	budget    time.Duration
+	budgetSet bool
+	closers   []Closer
+	log       *slog.Logger
 }
 
 // Option configures a Coordinator.
@@ -57,8 +65,11 @@ type Option func(*Coordinator)
 
 // Budget sets the whole shutdown budget: 80% for the runner's drain and
 // final commit (the runner keeps 30% of that for its commit and close), the
-// rest for the closers. Default DefaultBudget.
-func Budget(d time.Duration) Option { return func(c *Coordinator) { c.budget = d } }
+// rest for the closers. Budget wins over TIDEMARK_SHUTDOWN_BUDGET, which is
+// read only when Budget is not given; without either, DefaultBudget.
+func Budget(d time.Duration) Option {
+	return func(c *Coordinator) { c.budget, c.budgetSet = d, true }
+}
 
 // WithProbes makes the coordinator turn readiness off before the drain.
 func WithProbes(p *Probes) Option { return func(c *Coordinator) { c.probes = p } }
@@ -69,15 +80,23 @@ func Close(cs ...Closer) Option { return func(c *Coordinator) { c.closers = appe
 // Logger sets the logger. Default slog.Default().
 func Logger(l *slog.Logger) Option { return func(c *Coordinator) { c.log = l } }
 
-// NewCoordinator returns a coordinator for r. A non-positive budget is an
-// error naming it.
+// NewCoordinator returns a coordinator for r. Without a Budget option it
+// reads TIDEMARK_SHUTDOWN_BUDGET (BudgetFromEnv). A bad value of that
+// variable and a non-positive budget are errors naming them.
 func NewCoordinator(r Runner, opts ...Option) (*Coordinator, error) {
-	c := &Coordinator{r: r, budget: DefaultBudget, log: slog.Default()}
+	c := &Coordinator{r: r, log: slog.Default()}
 	for _, o := range opts {
 		o(c)
 	}
 	if r == nil {
 		return nil, errors.New("shutdown: nil runner")
+	}
+	if !c.budgetSet {
+		d, err := BudgetFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		c.budget = d
 	}
 	if c.budget <= 0 {
 		return nil, fmt.Errorf("shutdown: Budget %v is not positive", c.budget)

@@ -18,7 +18,8 @@
 //     oldest unfinished record per partition (alert on it for a stuck
 //     handler; the same value is the tidemark.record.oldest_age gauge).
 //
-// The budget defaults to 20s (TIDEMARK_SHUTDOWN_BUDGET overrides it, see
-// BudgetFromEnv): comfortably under Kubernetes' default 30s grace period,
+// NewCoordinator reads the budget from TIDEMARK_SHUTDOWN_BUDGET unless a
+// Budget option is given, which wins; a bad value is NewCoordinator's error.
+// It defaults to 20s: comfortably under Kubernetes' default 30s grace period,
 // which must also cover a preStop delay.
 package shutdown

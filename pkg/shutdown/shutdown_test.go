@@ -209,23 +209,6 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	}
 }
 
-func TestBudgetFromEnv(t *testing.T) {
-	t.Setenv("TIDEMARK_SHUTDOWN_BUDGET", "")
-	if d, err := shutdown.BudgetFromEnv(); err != nil || d != shutdown.DefaultBudget {
-		t.Fatalf("unset: %v %v", d, err)
-	}
-	t.Setenv("TIDEMARK_SHUTDOWN_BUDGET", "25s")
-	if d, err := shutdown.BudgetFromEnv(); err != nil || d != 25*time.Second {
-		t.Fatalf("25s: %v %v", d, err)
-	}
-	for _, bad := range []string{"soon", "-5s", "0"} {
-		t.Setenv("TIDEMARK_SHUTDOWN_BUDGET", bad)
-		if _, err := shutdown.BudgetFromEnv(); err == nil || !strings.Contains(err.Error(), "TIDEMARK_SHUTDOWN_BUDGET") {
-			t.Fatalf("%q: err %v, want one naming the variable", bad, err)
-		}
-	}
-}
-
 // TestExitCodes: each way a stop can end maps to its documented status.
 func TestExitCodes(t *testing.T) {
 	drain := &runner.DrainError{Unfinished: map[runner.TP]int64{{Topic: "t", Partition: 0}: 5}}
