@@ -181,27 +181,55 @@ func (r *Runner) Run(ctx context.Context) error {
 // Shutdown stops the runner gracefully: it stops fetching, drops buffered
 // records that have not started, waits for in-flight handlers, commits the
 // safe offsets synchronously, cancels what is still running, and closes the
-// source (leaving the group). The drain gets 70% of the time left until
-// ctx's deadline; the final commit gets what is left of it (at most
-// CommitTimeout), then the source is closed. Without a deadline it waits
-// until the handlers finish or ctx is done. Shutdown returns when Run has
-// returned: nil after a clean stop, the *DrainError or *FinalCommitError
-// Run returned, or ctx.Err() if ctx ended first (then it calls Close, and
-// Run returns a *FinalCommitError unless the final commit had been
-// acknowledged). Called after Run returned, it returns what Run returned.
+// source (leaving the group). With a deadline D on ctx, the drain ends at
+// D − min(CommitTimeout, half the time left to D) and the rest is reserved
+// for the final commit and leaving the group: with the default 10s
+// CommitTimeout, a 30s ctx drains for 20s, a 4s ctx for 2s. Use
+// ShutdownWithin to set the drain's deadline yourself. Without a deadline
+// it waits until the handlers finish or ctx is done.
+//
+// However the drain ends, the final commit gets CommitTimeout of its own,
+// cut to what is left until ctx's deadline: a drain that used all its time
+// does not take the commit's. Shutdown returns when Run has returned: nil
+// after a clean stop, the *DrainError or *FinalCommitError Run returned, or
+// ctx.Err() if ctx ended first (then it calls Close, and Run returns a
+// *FinalCommitError unless the final commit had been acknowledged). Called
+// after Run returned, it returns what Run returned.
 //
 // Shutdown before Run stops the runner, as net/http's Shutdown stops a
 // Server before Serve: it returns nil, and a later Run returns ErrStopped
 // at once without starting the source (so a signal that arrives during
 // start-up is not lost).
 func (r *Runner) Shutdown(ctx context.Context) error {
+	var drainDeadline time.Time
+	if d, ok := ctx.Deadline(); ok {
+		// The final commit's reserve is one commit request's bound, but
+		// never more than half of what is left: a short ctx still drains.
+		left := time.Until(d)
+		drainDeadline = d.Add(-min(r.cfg.commitTimeout, left/2))
+	}
+	return r.shutdown(ctx, drainDeadline)
+}
+
+// ShutdownWithin is Shutdown with the drain's deadline given: in-flight
+// handlers get until drainDeadline (zero: until they finish or ctx ends),
+// never past ctx's deadline; from then on what is left of ctx is the final
+// commit's (each commit request also bounded by CommitTimeout) and leaving
+// the group's. A drainDeadline already past ends the drain at once: the
+// handlers still running are cancelled after the final commit. It returns
+// what Shutdown returns. shutdown.Coordinator calls it with the split its
+// Reserve option states.
+func (r *Runner) ShutdownWithin(ctx context.Context, drainDeadline time.Time) error {
+	return r.shutdown(ctx, drainDeadline)
+}
+
+func (r *Runner) shutdown(ctx context.Context, drainDeadline time.Time) error {
 	if r.state.CompareAndSwap(lifeNew, lifeStopped) || r.state.Load() == lifeStopped {
 		return nil
 	}
-	var drainDeadline, deadline time.Time
-	if d, ok := ctx.Deadline(); ok {
-		now := time.Now()
-		drainDeadline, deadline = now.Add(d.Sub(now)*7/10), d
+	deadline, ok := ctx.Deadline()
+	if ok && (drainDeadline.IsZero() || deadline.Before(drainDeadline)) {
+		drainDeadline = deadline
 	}
 	select {
 	case r.stopCh <- stopReq{drainDeadline: drainDeadline, deadline: deadline, ctxDone: ctx.Done()}:

@@ -27,8 +27,10 @@ func TestSettledDrainNamesTheRecord(t *testing.T) {
 	wait := started(t, r)
 	<-src.fed
 	a, b := <-running, <-running
-	// The drain gets 70% of it (1.4 s); the rest leaves Run time to return
-	// the DrainError before Shutdown's ctx ends, with both CPUs busy.
+	// The drain gets half of it (1 s: the default CommitTimeout, 10 s, is
+	// more than half); the other half, reserved for the final commit,
+	// leaves Run time to return the DrainError before Shutdown's ctx
+	// ends, with both CPUs busy.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	err := r.Shutdown(ctx)

@@ -179,9 +179,11 @@ func TestSettledShutdownReleases(t *testing.T) {
 	wait := started(t, r)
 	<-src.fed
 	first := <-running
-	// The drain gets 70% of it; the rest leaves Run time to return the
-	// DrainError before Shutdown's ctx ends, with both CPUs busy (with
-	// 300 ms it failed 1 run in 40 under stress-ng --cpu 2).
+	// The drain gets half of it (the default CommitTimeout, 10 s, is more
+	// than half); the other half, reserved for the final commit, leaves
+	// Run time to return the DrainError before Shutdown's ctx ends, with
+	// both CPUs busy (with 300 ms it failed 1 run in 40 under stress-ng
+	// --cpu 2, when the drain had 70% of it).
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	err := r.Shutdown(ctx)

@@ -18,7 +18,13 @@
 //     oldest unfinished record per partition (alert on it for a stuck
 //     handler; the same value is the tidemark.record.oldest_age gauge).
 //
-// The budget defaults to 20s (TIDEMARK_SHUTDOWN_BUDGET overrides it, see
-// BudgetFromEnv): comfortably under Kubernetes' default 30s grace period,
-// which must also cover a preStop delay.
+// The budget is the whole stop, from the signal to the process's exit.
+// NewCoordinator reads it from TIDEMARK_SHUTDOWN_BUDGET (a Go duration)
+// unless a Budget option is given, which wins; a bad value is
+// NewCoordinator's error. Without either it is 20s, comfortably under
+// Kubernetes' default 30s grace period, which must also cover a preStop
+// delay: terminationGracePeriodSeconds ≥ preStop + budget. Reserve splits
+// it: the runner's drain gets the budget less what is reserved for the
+// final commit (and leaving the group) and for the closers — by default
+// 13s, 5s and 2s of 20s.
 package shutdown

@@ -2,15 +2,11 @@ package shutdown_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -128,122 +124,5 @@ func TestLivenessFailsWhenTheLoopIsWedged(t *testing.T) {
 	s.loopAt = time.Now()
 	if ok, _ := p.Live(); !ok {
 		t.Fatal("Live = false with a fresh tick")
-	}
-}
-
-func TestCoordinatorOrderAndBudget(t *testing.T) {
-	s := &stub{}
-	p := shutdown.NewProbes(s, 0)
-	p.Started()
-	s.readiness = func() bool { ok, _ := p.Ready(); return ok }
-	var budgetLeft time.Duration
-	s.shutdown = func(ctx context.Context) error {
-		d, _ := ctx.Deadline()
-		budgetLeft = time.Until(d)
-		return nil
-	}
-	var order []string
-	closer := func(name string) shutdown.Closer {
-		return shutdown.Closer{Name: name, Close: func(ctx context.Context) error {
-			order = append(order, name)
-			if _, ok := ctx.Deadline(); !ok {
-				t.Errorf("closer %s got no deadline", name)
-			}
-			return nil
-		}}
-	}
-	c, err := shutdown.NewCoordinator(s, shutdown.Budget(10*time.Second), shutdown.WithProbes(p),
-		shutdown.Close(closer("http"), closer("db"), closer("telemetry")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sigs := make(chan os.Signal, 2)
-	sigs <- syscall.SIGTERM
-	err = c.Wait(context.Background(), sigs)
-	if err != nil || shutdown.ExitCode(err) != 0 {
-		t.Fatalf("Wait = %v (exit %d), want a clean stop", err, shutdown.ExitCode(err))
-	}
-	if strings.Join(s.events, ",") != "shutdown(ready=false)" {
-		t.Fatalf("events %v: readiness must be off before the runner's Shutdown", s.events)
-	}
-	if budgetLeft <= 7*time.Second || budgetLeft > 8*time.Second {
-		t.Fatalf("runner got %v of a 10s budget, want 80%%", budgetLeft)
-	}
-	if strings.Join(order, ",") != "http,db,telemetry" {
-		t.Fatalf("closers ran %v, want in order", order)
-	}
-}
-
-func TestCoordinatorDrainIncomplete(t *testing.T) {
-	s := &stub{readiness: func() bool { return false }, shutdown: func(ctx context.Context) error {
-		return &runner.DrainError{Unfinished: map[runner.TP]int64{{Topic: topic, Partition: 2}: 41}}
-	}}
-	c, _ := shutdown.NewCoordinator(s, shutdown.Budget(time.Second))
-	err := c.Stop(nil)
-	if code := shutdown.ExitCode(err); code != 3 || !strings.Contains(err.Error(), "t/2@41") {
-		t.Fatalf("Stop = %v (exit %d), want exit 3 naming t/2@41", err, code)
-	}
-}
-
-func TestSecondSignalStopsAtOnce(t *testing.T) {
-	block := make(chan struct{})
-	defer close(block)
-	s := &stub{readiness: func() bool { return false }, shutdown: func(ctx context.Context) error {
-		<-block
-		return nil
-	}}
-	c, _ := shutdown.NewCoordinator(s, shutdown.Budget(time.Minute))
-	sigs := make(chan os.Signal, 2)
-	sigs <- syscall.SIGTERM
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		sigs <- syscall.SIGINT
-	}()
-	start := time.Now()
-	err := c.Wait(context.Background(), sigs)
-	if !errors.Is(err, shutdown.ErrForced) || shutdown.ExitCode(err) != 4 {
-		t.Fatalf("Wait = %v, want ErrForced (exit 4)", err)
-	}
-	if time.Since(start) > 5*time.Second || !s.closed {
-		t.Fatalf("second signal did not Close at once (closed %v)", s.closed)
-	}
-}
-
-func TestBudgetFromEnv(t *testing.T) {
-	t.Setenv("TIDEMARK_SHUTDOWN_BUDGET", "")
-	if d, err := shutdown.BudgetFromEnv(); err != nil || d != shutdown.DefaultBudget {
-		t.Fatalf("unset: %v %v", d, err)
-	}
-	t.Setenv("TIDEMARK_SHUTDOWN_BUDGET", "25s")
-	if d, err := shutdown.BudgetFromEnv(); err != nil || d != 25*time.Second {
-		t.Fatalf("25s: %v %v", d, err)
-	}
-	for _, bad := range []string{"soon", "-5s", "0"} {
-		t.Setenv("TIDEMARK_SHUTDOWN_BUDGET", bad)
-		if _, err := shutdown.BudgetFromEnv(); err == nil || !strings.Contains(err.Error(), "TIDEMARK_SHUTDOWN_BUDGET") {
-			t.Fatalf("%q: err %v, want one naming the variable", bad, err)
-		}
-	}
-}
-
-// TestExitCodes: each way a stop can end maps to its documented status.
-func TestExitCodes(t *testing.T) {
-	drain := &runner.DrainError{Unfinished: map[runner.TP]int64{{Topic: "t", Partition: 0}: 5}}
-	final := &runner.FinalCommitError{Err: errors.New("coordinator unavailable")}
-	for _, c := range []struct {
-		name string
-		err  error
-		want int
-	}{
-		{"clean", nil, 0},
-		{"drain budget ran out", drain, 3},
-		{"final commit failed", final, 3},
-		{"both", errors.Join(drain, final), 3},
-		{"forced", fmt.Errorf("stop: %w", shutdown.ErrForced), 4},
-		{"other", errors.New("source failed"), 1},
-	} {
-		if got := shutdown.ExitCode(c.err); got != c.want {
-			t.Errorf("%s: ExitCode(%v) = %d, want %d", c.name, c.err, got, c.want)
-		}
 	}
 }

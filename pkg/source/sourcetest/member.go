@@ -121,7 +121,8 @@ func (e *env) start(name string, topics []string, h runner.Handler, o memberOpts
 func (m *member) stop() error { return m.stopWithin(15 * time.Second) }
 
 // stopWithin shuts the member down gracefully within budget (its drain gets
-// 70% of it) and returns Shutdown's error, or Run's when Shutdown's is nil.
+// half of it: CommitTimeout, 10s, is more) and returns Shutdown's error,
+// or Run's when Shutdown's is nil.
 // Later calls return nil.
 func (m *member) stopWithin(budget time.Duration) error {
 	var err error
