@@ -13,12 +13,12 @@ SHELL := bash
 
 GO ?= go
 # The packages vet and unit look at: `work` is every package of every module
-# in go.work (the library at the root, cmd/tidemark-bench, examples); ./...
+# in go.work (the library at the root, cmd/tidemark-bench, examples, tools); ./...
 # at the root would stop at the nested modules. Narrow them while
 # iterating, e.g. make unit PKGS=./pkg/watermark/...
 PKGS ?= work
 # The modules of go.work, each checked on its own by make vet (mod-check).
-MODULES := . cmd/tidemark-bench examples
+MODULES := . cmd/tidemark-bench examples tools
 TESTBED := scripts/testbed
 # Where scripts/testbed writes the export lines (it honours TIDEMARK_TESTBED_DIR,
 # a relative one taken relative to the checkout, which is make's directory).

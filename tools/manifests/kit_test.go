@@ -1,0 +1,210 @@
+package manifests_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tidemark/tidemark/tools/manifests"
+)
+
+const kitDir = "../../examples/orders/k8s"
+
+// readKit reads the kit's files, file name → content.
+func readKit(t *testing.T) map[string][]byte {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(kitDir, "*.yaml"))
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no manifests in %s: %v", kitDir, err)
+	}
+	files := map[string][]byte{}
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[filepath.Base(n)] = b
+	}
+	return files
+}
+
+func TestOrdersKit(t *testing.T) {
+	k, err := manifests.LoadDir(kitDir)
+	if err != nil {
+		t.Fatalf("decoding %s: %v", kitDir, err)
+	}
+	if len(k.StatefulSets) != 1 || len(k.Services) != 1 || len(k.ConfigMaps) != 1 || len(k.PDBs) != 1 {
+		t.Fatalf("want one StatefulSet, Service, ConfigMap and PodDisruptionBudget; have %d, %d, %d, %d",
+			len(k.StatefulSets), len(k.Services), len(k.ConfigMaps), len(k.PDBs))
+	}
+	if err := k.Check(manifests.OrdersSizing); err != nil {
+		t.Fatalf("the kit's numbers disagree:\n%v", err)
+	}
+}
+
+// mutation is one edit of one file of the kit, and what the check must
+// then say.
+type mutation struct {
+	name     string
+	file     string
+	old, new string
+	// A second edit, made first, when one is not enough.
+	file2, old2, new2 string
+	decodeErr         bool     // the edit must fail decoding, not the checks
+	wantInErrs        []string // each must appear in the error
+}
+
+var kitMutations = []mutation{
+	// Strict decoding.
+	{name: "unknown field", file: "statefulset.yaml", old: "  podManagementPolicy: Parallel\n", new: "  podManagementPolicy: Parallel\n  restartPolicy: Always\n",
+		decodeErr: true, wantInErrs: []string{"statefulset.yaml", `unknown field "spec.restartPolicy"`}},
+	{name: "field in the wrong case", file: "statefulset.yaml", old: "  serviceName: orders", new: "  ServiceName: orders",
+		decodeErr: true, wantInErrs: []string{"statefulset.yaml", `unknown field "spec.ServiceName"`}},
+	{name: "duplicate key", file: "configmap.yaml", old: `  ORDERS_TOPIC: "orders"`, new: "  ORDERS_TOPIC: \"orders\"\n  ORDERS_TOPIC: \"other\"",
+		decodeErr: true, wantInErrs: []string{"configmap.yaml", "ORDERS_TOPIC"}},
+	{name: "unknown kind", file: "pdb.yaml", old: "kind: PodDisruptionBudget", new: "kind: PodDisruptionBudgets",
+		decodeErr: true, wantInErrs: []string{"pdb.yaml", `kind "PodDisruptionBudgets"`}},
+	{name: "old api version", file: "pdb.yaml", old: "apiVersion: policy/v1", new: "apiVersion: policy/v1beta1",
+		decodeErr: true, wantInErrs: []string{"pdb.yaml", `"policy/v1beta1"`}},
+	{name: "wrong value type", file: "statefulset.yaml", old: "terminationGracePeriodSeconds: 25", new: "terminationGracePeriodSeconds: 25s",
+		decodeErr: true, wantInErrs: []string{"statefulset.yaml", "terminationGracePeriodSeconds"}},
+
+	// Grace period ≥ preStop + shutdown budget.
+	{name: "grace period short", file: "statefulset.yaml", old: "terminationGracePeriodSeconds: 25", new: "terminationGracePeriodSeconds: 22",
+		wantInErrs: []string{"terminationGracePeriodSeconds 22", "preStop 3s", "TIDEMARK_SHUTDOWN_BUDGET 20s", "configmap.yaml"}},
+	{name: "budget grown", file: "configmap.yaml", old: `TIDEMARK_SHUTDOWN_BUDGET: "20s"`, new: `TIDEMARK_SHUTDOWN_BUDGET: "30s"`,
+		wantInErrs: []string{"terminationGracePeriodSeconds 25", "TIDEMARK_SHUTDOWN_BUDGET 30s"}},
+	{name: "budget unset: the default", file: "configmap.yaml", old: `  TIDEMARK_SHUTDOWN_BUDGET: "20s"`, new: ``}, // 25 ≥ 3 + 20 still holds with the default; the shorter grace
+	// below shows that the default is what is compared.
+
+	{name: "budget unset and grace short", file: "statefulset.yaml", old: "terminationGracePeriodSeconds: 25", new: "terminationGracePeriodSeconds: 22",
+		file2: "configmap.yaml", old2: `  TIDEMARK_SHUTDOWN_BUDGET: "20s"`, new2: "",
+		wantInErrs: []string{"terminationGracePeriodSeconds 22", "TIDEMARK_SHUTDOWN_BUDGET 20s (unset: the default)"}},
+	{name: "budget overridden in env", file: "statefulset.yaml", old: "            - name: GOMEMLIMIT\n", new: "            - name: TIDEMARK_SHUTDOWN_BUDGET\n              value: 40s\n            - name: GOMEMLIMIT\n",
+		wantInErrs: []string{"TIDEMARK_SHUTDOWN_BUDGET 40s", "env[TIDEMARK_SHUTDOWN_BUDGET]"}},
+	{name: "budget not a duration", file: "configmap.yaml", old: `TIDEMARK_SHUTDOWN_BUDGET: "20s"`, new: `TIDEMARK_SHUTDOWN_BUDGET: "20"`,
+		wantInErrs: []string{`TIDEMARK_SHUTDOWN_BUDGET="20"`, "not a positive duration"}},
+	{name: "preStop grown", file: "statefulset.yaml", old: "sleep: {seconds: 3}", new: "sleep: {seconds: 10}",
+		wantInErrs: []string{"preStop 10s"}},
+	{name: "preStop exec", file: "statefulset.yaml", old: "sleep: {seconds: 3}", new: "exec: {command: [sleep, \"3\"]}",
+		wantInErrs: []string{"lifecycle.preStop: only a sleep action"}},
+
+	// Probes.
+	{name: "probe on a port the container lacks", file: "statefulset.yaml", old: "httpGet: {path: /readyz, port: http}", new: "httpGet: {path: /readyz, port: metrics}",
+		wantInErrs: []string{"readinessProbe.httpGet.port metrics is not a port of the container"}},
+	{name: "probe by number, wrong", file: "statefulset.yaml", old: "            # because a handler or the database is slow.\n            httpGet: {path: /livez, port: http}", new: "            # because a handler or the database is slow.\n            httpGet: {path: /livez, port: 9090}",
+		wantInErrs: []string{"livenessProbe.httpGet.port 9090 is not a port of the container"}},
+	{name: "probe path", file: "statefulset.yaml", old: "            # because a handler or the database is slow.\n            httpGet: {path: /livez, port: http}", new: "            # because a handler or the database is slow.\n            httpGet: {path: /healthz, port: http}",
+		wantInErrs: []string{`livenessProbe.httpGet.path "/healthz": want /livez`}},
+	{name: "probes swapped", file: "statefulset.yaml", old: "httpGet: {path: /readyz, port: http}", new: "httpGet: {path: /livez, port: http}",
+		wantInErrs: []string{`readinessProbe.httpGet.path "/livez": want /readyz`}},
+	{name: "probe misspelt", file: "statefulset.yaml", old: "          readinessProbe:\n", new: "          terminationMessagePath: /dev/termination-log\n          readinessProbx:\n", decodeErr: true,
+		wantInErrs: []string{`unknown field "spec.template.spec.containers[0].readinessProbx"`}},
+	{name: "readiness probe removed", file: "statefulset.yaml", old: "          readinessProbe:\n            # Ready once the member has joined the group and got its\n            # assignment; unready while Kafka cannot be reached and while\n            # draining (see pdb.yaml for what that does to drains).\n            httpGet: {path: /readyz, port: http}\n            periodSeconds: 5\n            failureThreshold: 1\n", new: "",
+		wantInErrs: []string{"readinessProbe is missing: want httpGet /readyz"}},
+	{name: "startup probe path", file: "statefulset.yaml", old: "            # up to 30s): up to 60s before liveness counts.\n            httpGet: {path: /livez, port: http}", new: "            # up to 30s): up to 60s before liveness counts.\n            httpGet: {path: /readyz, port: http}",
+		wantInErrs: []string{`startupProbe.httpGet.path "/readyz": want /livez`}},
+	{name: "startup probe port", file: "statefulset.yaml", old: "            # up to 30s): up to 60s before liveness counts.\n            httpGet: {path: /livez, port: http}", new: "            # up to 30s): up to 60s before liveness counts.\n            httpGet: {path: /livez, port: 8081}",
+		wantInErrs: []string{"startupProbe.httpGet.port 8081 is not a port of the container"}},
+	{name: "service listens elsewhere", file: "configmap.yaml", old: `ORDERS_HTTP: ":8080"`, new: `ORDERS_HTTP: ":9090"`,
+		wantInErrs: []string{"the service listens on 9090 (ORDERS_HTTP) and no container port is 9090"}},
+	{name: "container port moved", file: "statefulset.yaml", old: "{name: http, containerPort: 8080}", new: "{name: http, containerPort: 8081}",
+		wantInErrs: []string{"no container port is 8080", "prometheus.io/port] 8080: not the container port /metrics is served on"}},
+
+	// Scrape annotations.
+	{name: "scrape port", file: "statefulset.yaml", old: `prometheus.io/port: "8080"`, new: `prometheus.io/port: "9090"`,
+		wantInErrs: []string{"annotations[prometheus.io/port] 9090: not the container port /metrics is served on (ORDERS_HTTP 8080"}},
+	{name: "scrape off", file: "statefulset.yaml", old: `prometheus.io/scrape: "true"`, new: `prometheus.io/scrape: "false"`,
+		wantInErrs: []string{"annotations[prometheus.io/scrape]"}},
+	{name: "scrape path", file: "statefulset.yaml", old: "prometheus.io/path: /metrics", new: "prometheus.io/path: /metricz",
+		wantInErrs: []string{"annotations[prometheus.io/path]"}},
+
+	// Selectors and the headless Service.
+	{name: "service selector", file: "service.yaml", old: "selector: {app: orders}", new: "selector: {app: order}",
+		wantInErrs: []string{"service.yaml: Service orders: spec.selector"}},
+	{name: "service not headless", file: "service.yaml", old: "  clusterIP: None\n", new: "",
+		wantInErrs: []string{"spec.clusterIP", "headless"}},
+	{name: "serviceName names no Service", file: "statefulset.yaml", old: "serviceName: orders", new: "serviceName: orders-headless",
+		wantInErrs: []string{`spec.serviceName "orders-headless": no Service`}},
+	{name: "pdb selector", file: "pdb.yaml", old: "matchLabels: {app: orders}", new: "matchLabels: {app: orders, tier: web}",
+		wantInErrs: []string{"pdb.yaml: PodDisruptionBudget orders: spec.selector"}},
+	{name: "pdb blocks every drain", file: "pdb.yaml", old: "maxUnavailable: 1", new: "maxUnavailable: 0",
+		wantInErrs: []string{"spec.maxUnavailable 0"}},
+	{name: "pod labels", file: "statefulset.yaml", old: "    metadata:\n      labels: {app: orders}", new: "    metadata:\n      labels: {app: orders-v2}",
+		wantInErrs: []string{"StatefulSet orders: spec.selector", "Service orders: spec.selector", "PodDisruptionBudget orders: spec.selector"}},
+
+	// Memory.
+	{name: "GOMEMLIMIT under the formula", file: "statefulset.yaml", old: "value: 288MiB", new: "value: 256MiB",
+		wantInErrs: []string{"env[GOMEMLIMIT] 256.0 MiB", "< 273.2 MiB = MaxBufferedBytes 256.0 MiB"}},
+	{name: "GOMEMLIMIT too close to the limit", file: "statefulset.yaml", old: "value: 288MiB", new: "value: 400MiB",
+		wantInErrs: []string{"limits.memory 576Mi < 2 × GOMEMLIMIT 400.0 MiB"}},
+	{name: "memory limit not twice GOMEMLIMIT", file: "statefulset.yaml", old: "limits: {memory: 576Mi}", new: "limits: {memory: 512Mi}",
+		wantInErrs: []string{"limits.memory 512Mi < 2 × GOMEMLIMIT 288.0 MiB", "requests.memory 576Mi > limits.memory 512Mi"}},
+	{name: "GOMEMLIMIT with a unit Go does not read", file: "statefulset.yaml", old: "value: 288MiB", new: "value: 288Mi",
+		wantInErrs: []string{`env[GOMEMLIMIT] "288Mi"`}},
+	{name: "GOMEMLIMIT unset", file: "statefulset.yaml", old: "            - name: GOMEMLIMIT\n              value: 288MiB\n", new: "",
+		wantInErrs: []string{"env[GOMEMLIMIT] is unset"}},
+	{name: "GOMEMLIMIT from the limit itself", file: "statefulset.yaml", old: "              value: 288MiB\n", new: "              valueFrom: {resourceFieldRef: {resource: limits.memory}}\n",
+		wantInErrs: []string{"limits.memory 576Mi < 2 × GOMEMLIMIT 576.0 MiB"}},
+	{name: "GOMEMLIMIT from the limit in MiB", file: "statefulset.yaml", old: "              value: 288MiB\n", new: "              valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}\n",
+		wantInErrs: []string{"env[GOMEMLIMIT] 576 B", "resourceFieldRef limits.memory"}},
+
+	// Static membership.
+	{name: "session too short for a replacement", file: "configmap.yaml", old: `ORDERS_SESSION_TIMEOUT: "45s"`, new: `ORDERS_SESSION_TIMEOUT: "10s"`,
+		wantInErrs: []string{"ORDERS_SESSION_TIMEOUT 10s", "< 30s", "static membership"}},
+	{name: "session unset: the example's 10s", file: "configmap.yaml", old: `  ORDERS_SESSION_TIMEOUT: "45s"`, new: ``,
+		wantInErrs: []string{"ORDERS_SESSION_TIMEOUT 10s (unset"}},
+	{name: "one instance id for every pod", file: "statefulset.yaml", old: "              valueFrom: {fieldRef: {fieldPath: metadata.name}}\n", new: "              value: orders\n",
+		wantInErrs: []string{"env[ORDERS_INSTANCE_ID]", "want valueFrom.fieldRef metadata.name"}},
+	{name: "configmap missing", file: "configmap.yaml", old: "  name: orders\n", new: "  name: orders-config\n",
+		wantInErrs: []string{`envFrom configMapRef "orders": no ConfigMap`}},
+}
+
+func TestOrdersKitMutations(t *testing.T) {
+	base := readKit(t)
+	for _, m := range kitMutations {
+		t.Run(m.name, func(t *testing.T) {
+			files := map[string][]byte{}
+			for n, b := range base {
+				files[n] = b
+			}
+			if m.file2 != "" {
+				files[m.file2] = edit(t, files[m.file2], m.old2, m.new2)
+			}
+			files[m.file] = edit(t, files[m.file], m.old, m.new)
+			k, err := manifests.Decode(files)
+			if err == nil && !m.decodeErr {
+				err = k.Check(manifests.OrdersSizing)
+			} else if err == nil {
+				t.Fatalf("decoded; want a decoding error naming %q", m.wantInErrs)
+			} else if !m.decodeErr {
+				t.Fatalf("decoding failed, want it to decode and the checks to find %q: %v", m.wantInErrs, err)
+			}
+			if len(m.wantInErrs) == 0 {
+				if err != nil {
+					t.Fatalf("want no error, got: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("no error; want one naming %q", m.wantInErrs)
+			}
+			for _, w := range m.wantInErrs {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not name %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+// edit replaces old by new in b, and fails unless old occurs exactly once:
+// a mutation that matched nothing would test the unmutated kit.
+func edit(t *testing.T, b []byte, old, new string) []byte {
+	t.Helper()
+	if n := strings.Count(string(b), old); n != 1 {
+		t.Fatalf("the mutation's text %q occurs %d times, want once", old, n)
+	}
+	return []byte(strings.Replace(string(b), old, new, 1))
+}
