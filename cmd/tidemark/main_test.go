@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -149,4 +150,36 @@ func runExpect(t *testing.T, cmd *exec.Cmd, code int, stdout, stderr string) str
 		t.Errorf("stdout %q\nstderr %q\nwant %q and %q", out.String(), errOut.String(), stdout, stderr)
 	}
 	return errOut.String()
+}
+
+// TestDocsNameRealCommands: every `tidemark <command> <sub-command>` that
+// README.md, docs/*.md or the examples' READMEs name is one this binary
+// has (its -h exits 0), so a renamed command cannot linger in the docs.
+func TestDocsNameRealCommands(t *testing.T) {
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, "../../README.md")
+	named := regexp.MustCompile(`\btidemark ([a-z]+) ([a-z]+)\b`)
+	groups := map[string]bool{"lab": true, "inbox": true, "dlt": true}
+	seen := map[string]bool{}
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range named.FindAllStringSubmatch(string(b), -1) {
+			if !groups[m[1]] || seen[m[0]] {
+				continue
+			}
+			seen[m[0]] = true
+			if err := exec.Command(bin, m[1], m[2], "-h").Run(); err != nil {
+				t.Errorf("%s names %q, which is no command: %v", filepath.Base(doc), m[0], err)
+			}
+		}
+	}
+	if len(seen) == 0 {
+		t.Fatal("no tidemark command named in the docs: the pattern is wrong")
+	}
 }
