@@ -148,7 +148,8 @@ bench: testbed-up
 		-json docs/bench/bench.json -plots docs/bench $(BENCH_FLAGS)
 	@echo 'The test bed is still running: scripts/testbed status | down'
 
-# The first demo: a plain franz-go + pgx consumer, no tidemark.
+# The smallest tidemark program (examples/quickstart): 10,000 orders produced,
+# consumed by a runner through the inbox, a summary; exit 1 if it does not add up.
 quickstart: testbed-up
 	@. "$(BED_ENV)" && $(GO) run ./examples/quickstart
 

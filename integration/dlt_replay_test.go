@@ -183,14 +183,15 @@ func TestDLTReplayCommand(t *testing.T) {
 	// Errors that name what was wrong.
 	for _, c := range []struct {
 		args []string
+		code int // 1 a failure, 2 a usage error
 		want string
 	}{
-		{[]string{"--from", "no-such-topic-" + dlt, "--to", orders}, "does not exist"},
-		{[]string{"--from", dlt, "--to", dlt}, "--from and --to are both"},
+		{[]string{"--from", "no-such-topic-" + dlt, "--to", orders}, 1, "does not exist"},
+		{[]string{"--from", dlt, "--to", dlt}, 2, "--from and --to are both"},
 	} {
 		code, out, errOut := dltRun(t, c.args...)
-		if code != 1 || !strings.Contains(errOut, c.want) {
-			t.Errorf("%v: exit %d, want 1 and %q\n%s%s", c.args, code, c.want, out, errOut)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, want %d and %q\n%s%s", c.args, code, c.code, c.want, out, errOut)
 		}
 	}
 }

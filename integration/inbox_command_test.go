@@ -95,7 +95,7 @@ func TestInboxLeasesCommand(t *testing.T) {
 		t.Fatalf("leases: exit %d, want the group's two leases\n%s", code, out)
 	}
 	out, code = inboxCommand(t, env, "inbox", "leases", "--group", "g", "--schema", schema, "--reset")
-	if code != 1 || !strings.Contains(out, "would reset the 2 leases") {
+	if code != 2 || !strings.Contains(out, "would reset the 2 leases") { // a usage error: the confirmation is missing
 		t.Fatalf("leases --reset without --yes: exit %d\n%s", code, out)
 	}
 	if e, _ := s.Epoch(as[0].TP); inboxCount(t, pool, "SELECT max(epoch) FROM tidemark_lease WHERE group_id = 'g'") != e {

@@ -49,6 +49,7 @@
 //	scripts/testbed up && source .testbed/env
 //	go run ./cmd/tidemark-bench -workload all -json docs/bench/bench.json -plots docs/bench
 //	go run ./cmd/tidemark-bench -replot docs/bench/bench.json -plots docs/bench
+//	go run ./cmd/tidemark-bench -write-docs .   # the figures of docs/*.md from docs/bench/*.json
 package main
 
 import (
@@ -125,6 +126,7 @@ type config struct {
 	jsonOut          string
 	plotsDir         string
 	replot           string
+	writeDocs        string
 	verbose          bool
 }
 
@@ -139,6 +141,12 @@ func main() {
 	c, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fail(err)
+	}
+	if c.writeDocs != "" {
+		if err := writeDocs(c.writeDocs); err != nil {
+			fail(err)
+		}
+		return
 	}
 	if c.replot != "" {
 		rep, err := readReport(c.replot)
@@ -215,9 +223,13 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.jsonOut, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&c.plotsDir, "plots", "", "draw the curves as concurrency.png, keys.png and partitions.png into this directory")
 	fs.StringVar(&c.replot, "replot", "", "draw the plots of this JSON report (with -plots) and run nothing")
+	fs.StringVar(&c.writeDocs, "write-docs", "", "rewrite the generated figures of docs/performance.md and docs/operations.md under this `root` (the checkout) from its docs/bench/*.json, and run nothing")
 	fs.BoolVar(&c.verbose, "v", true, "print each run as it ends")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.writeDocs != "" {
+		return c, nil
 	}
 	if c.replot != "" {
 		if c.plotsDir == "" {

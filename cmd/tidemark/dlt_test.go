@@ -17,18 +17,23 @@ func TestDLTReplayArguments(t *testing.T) {
 		stdout string
 		stderr string
 	}{
-		{"help", []string{"dlt", "replay", "-h"}, 0, "", "usage: tidemark dlt replay --from TOPIC.dlt --to TOPIC"},
+		{"help", []string{"dlt", "replay", "-h"}, 0, "usage: tidemark dlt replay --from TOPIC.dlt --to TOPIC", ""},
+		{"--help", []string{"dlt", "replay", "--help"}, 0, "usage: tidemark dlt replay --from TOPIC.dlt --to TOPIC", ""},
+		{"unknown flag", []string{"dlt", "replay", "--form", "x"}, 2, "", "flag provided but not defined: -form\nusage: tidemark dlt replay"},
 		{"listed in help", []string{"help"}, 0, "dlt replay", ""},
-		{"no from", []string{"dlt", "replay", "--to", "orders"}, 1, "", "--from is required"},
-		{"no to", []string{"dlt", "replay", "--from", "orders.dlt"}, 1, "", "--to is required"},
-		{"same topic", []string{"dlt", "replay", "--from", "x", "--to", "x"}, 1, "", `--from and --to are both "x"`},
-		{"no brokers", []string{"dlt", "replay", "--from", "orders.dlt", "--to", "orders"}, 1, "", "no brokers: pass --brokers or set TIDEMARK_KAFKA_BROKERS"},
-		{"bad offsets", []string{"dlt", "replay", "--from", "a", "--to", "b", "--offsets", "9-3"}, 1, "", `--offsets "9-3" is not FROM-TO`},
-		{"bad header", []string{"dlt", "replay", "--from", "a", "--to", "b", "--header", "=v"}, 1, "", `--header "=v" has no header name`},
-		{"bad partition", []string{"dlt", "replay", "--from", "a", "--to", "b", "--partition", "-2"}, 1, "", "--partition -2 is not a partition number"},
-		{"bad timeout", []string{"dlt", "replay", "--from", "a", "--to", "b", "--timeout", "0s"}, 1, "", "--timeout 0s is not positive"},
-		{"extra argument", []string{"dlt", "replay", "--from", "a", "--to", "b", "now"}, 1, "", `unexpected argument "now"`},
-		{"dlt alone", []string{"dlt"}, 1, "", "usage: tidemark"},
+		{"no from", []string{"dlt", "replay", "--to", "orders"}, 2, "", "--from is required"},
+		{"no to", []string{"dlt", "replay", "--from", "orders.dlt"}, 2, "", "--to is required"},
+		{"same topic", []string{"dlt", "replay", "--from", "x", "--to", "x"}, 2, "", `--from and --to are both "x"`},
+		{"no brokers", []string{"dlt", "replay", "--from", "orders.dlt", "--to", "orders"}, 2, "", "no brokers: pass --brokers or set TIDEMARK_KAFKA_BROKERS"},
+		{"bad offsets", []string{"dlt", "replay", "--from", "a", "--to", "b", "--offsets", "9-3"}, 2, "", `--offsets "9-3" is not FROM-TO`},
+		{"bad header", []string{"dlt", "replay", "--from", "a", "--to", "b", "--header", "=v"}, 2, "", `--header "=v" has no header name`},
+		{"bad partition", []string{"dlt", "replay", "--from", "a", "--to", "b", "--partition", "-2"}, 2, "", "--partition -2 is not a partition number"},
+		{"bad timeout", []string{"dlt", "replay", "--from", "a", "--to", "b", "--timeout", "0s"}, 2, "", "--timeout 0s is not positive"},
+		{"extra argument", []string{"dlt", "replay", "--from", "a", "--to", "b", "now"}, 2, "", `unexpected argument "now"`},
+		{"dlt alone", []string{"dlt"}, 2, "", "tidemark dlt: missing sub-command\n\nusage: tidemark dlt <sub-command>"},
+		{"dlt help", []string{"dlt", "-h"}, 0, "  replay ", ""},
+		{"dlt unknown", []string{"dlt", "redrive"}, 2, "", `tidemark dlt: unknown sub-command "redrive"`},
+		{"unreachable broker", []string{"dlt", "replay", "--from", "a", "--to", "b", "--brokers", "127.0.0.1:1", "--timeout", "2s"}, 1, "", "tidemark dlt replay: "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -17,20 +17,23 @@ func TestInboxMigrateArguments(t *testing.T) {
 		stdout string
 		stderr string
 	}{
-		{"help", []string{"inbox", "migrate", "-h"}, 0, "", "usage: tidemark inbox migrate [--dsn DSN]"},
-		{"no database", []string{"inbox", "migrate"}, 1, "", "no database: pass --dsn, set TIDEMARK_PG_DSN, or set libpq's variables"},
-		{"bad dsn from the environment", []string{"inbox", "migrate"}, 1, "", "TIDEMARK_PG_DSN is not a valid connection string"},
-		{"bad dsn", []string{"inbox", "migrate", "--dsn", "postgres://u:secret@[::1"}, 1, "", "--dsn is not a valid connection string"},
-		{"extra argument", []string{"inbox", "migrate", "--dsn", "x", "now"}, 1, "", `unexpected argument "now"`},
-		{"bad timeout", []string{"inbox", "migrate", "--dsn", "x", "--timeout", "0s"}, 1, "", "--timeout 0s is not positive"},
+		{"help", []string{"inbox", "migrate", "-h"}, 0, "usage: tidemark inbox migrate [--dsn DSN]", ""},
+		{"unknown flag", []string{"inbox", "migrate", "--dns", "x"}, 2, "", "flag provided but not defined: -dns\nusage: tidemark inbox migrate"},
+		{"no database", []string{"inbox", "migrate"}, 2, "", "no database: pass --dsn, set TIDEMARK_PG_DSN, or set libpq's variables"},
+		{"bad dsn from the environment", []string{"inbox", "migrate"}, 2, "", "TIDEMARK_PG_DSN is not a valid connection string"},
+		{"bad dsn", []string{"inbox", "migrate", "--dsn", "postgres://u:secret@[::1"}, 2, "", "--dsn is not a valid connection string"},
+		{"extra argument", []string{"inbox", "migrate", "--dsn", "x", "now"}, 2, "", `unexpected argument "now"`},
+		{"bad timeout", []string{"inbox", "migrate", "--dsn", "x", "--timeout", "0s"}, 2, "", "--timeout 0s is not positive"},
 		{"unreachable", []string{"inbox", "migrate", "--dsn", "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"}, 1, "", "cannot use PostgreSQL"},
 		{"listed in help", []string{"help"}, 0, "inbox migrate", ""},
 		{"leases listed in help", []string{"help"}, 0, "inbox leases", ""},
-		{"leases help", []string{"inbox", "leases", "-h"}, 0, "", "usage: tidemark inbox leases --group G"},
-		{"leases without group", []string{"inbox", "leases", "--dsn", "x"}, 1, "", "--group is required"},
-		{"yes without reset", []string{"inbox", "leases", "--dsn", "x", "--group", "g", "--yes"}, 1, "", "--yes confirms --reset"},
-		{"leases bad dsn", []string{"inbox", "leases", "--dsn", "postgres://u:secret@[::1", "--group", "g"}, 1, "", "--dsn is not a valid connection string"},
-		{"inbox alone", []string{"inbox"}, 1, "", "usage: tidemark"},
+		{"leases help", []string{"inbox", "leases", "-h"}, 0, "usage: tidemark inbox leases --group G", ""},
+		{"leases without group", []string{"inbox", "leases", "--dsn", "x"}, 2, "", "--group is required"},
+		{"yes without reset", []string{"inbox", "leases", "--dsn", "x", "--group", "g", "--yes"}, 2, "", "--yes confirms --reset"},
+		{"leases bad dsn", []string{"inbox", "leases", "--dsn", "postgres://u:secret@[::1", "--group", "g"}, 2, "", "--dsn is not a valid connection string"},
+		{"inbox alone", []string{"inbox"}, 2, "", "tidemark inbox: missing sub-command\n\nusage: tidemark inbox <sub-command>"},
+		{"inbox help", []string{"inbox", "--help"}, 0, "  leases ", ""},
+		{"inbox unknown", []string{"inbox", "reset"}, 2, "", `tidemark inbox: unknown sub-command "reset"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

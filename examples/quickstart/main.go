@@ -1,92 +1,126 @@
-// Command quickstart is what `make demo` runs until tidemark's runner
-// exists: a plain consume loop against the test bed, no tidemark code. It
+// Command quickstart is the smallest real tidemark program. It
 //
-//  1. creates a topic (6 partitions by default),
-//  2. produces 10,000 keyed records to it with franz-go,
-//  3. consumes them through a consumer group, writing one row per record to
-//     PostgreSQL in one transaction per poll and committing the offsets to
-//     Kafka only after that transaction committed,
-//  4. prints a summary: produced, consumed, rows, whether the committed
-//     offsets equal the end offsets, and the time each step took.
+//  1. creates a topic (-partitions, default 6) and produces -records
+//     (default 10,000) JSON orders to it, keyed by customer;
+//  2. consumes them with a tidemark runner over the franz-go source: one
+//     handler for the topic, each customer's orders one at a time and in
+//     order, up to -concurrency handlers at once;
+//  3. stops once every order was handled — or on SIGINT or SIGTERM — the
+//     graceful way: the runner stops fetching, lets the running handlers
+//     finish, commits the offsets of what is done and leaves the group;
+//  4. prints a summary: produced, handled, handled twice, the committed
+//     offsets against the topic's end offsets and, with the inbox, the rows
+//     written.
 //
-// Rows are keyed by topic/partition/offset and inserted with ON CONFLICT DO
-// NOTHING, so a record delivered again after a crash between the database
-// commit and the Kafka commit is not written twice. tidemark's inbox does
-// this properly, with fencing; this program only shows the order of the two
-// commits.
+// With a PostgreSQL database (-dsn, default $TIDEMARK_PG_DSN) the handler
+// applies each order through tidemark's inbox (pkg/inbox): the order's row
+// and the inbox's record of it commit in one transaction, so a record
+// delivered again applies nothing. Without one it counts in memory.
 //
-// It reads TIDEMARK_KAFKA_BROKERS and TIDEMARK_PG_DSN, which
-// `scripts/testbed up` writes to .testbed/env. The runner-based orders
-// example will replace it.
+// The brokers are -brokers, default $TIDEMARK_KAFKA_BROKERS; `make
+// quickstart` starts the test bed and runs it with both set. Exit status 0
+// when every order was handled once and committed, 1 when not (the summary
+// says what), 2 for a usage error.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"maps"
+	"io"
+	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/pkg/inbox"
+	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/source/franz"
 )
 
+// Order is the value of every record.
+type Order struct {
+	ID       int    `json:"id"`
+	Customer string `json:"customer"`
+	Cents    int64  `json:"cents"`
+}
+
 type config struct {
-	brokers    []string
-	dsn        string
-	records    int
-	partitions int
-	keys       int
-	topic      string
-	group      string
-	timeout    time.Duration
+	brokers     []string
+	dsn         string
+	records     int
+	partitions  int
+	keys        int
+	concurrency int
+	work        time.Duration
+	topic       string
+	group       string
+	timeout     time.Duration
 }
 
 func main() {
-	var cfg config
-	flag.IntVar(&cfg.records, "records", 10_000, "records to produce and consume")
-	flag.IntVar(&cfg.partitions, "partitions", 6, "partitions of the topic")
-	flag.IntVar(&cfg.keys, "keys", 500, "distinct record keys")
-	flag.StringVar(&cfg.topic, "topic", "", "topic to create (default: quickstart-<time>)")
-	flag.StringVar(&cfg.group, "group", "", "consumer group (default: the topic's name)")
-	flag.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "bound of the whole run")
-	flag.Parse()
-
-	if err := cfg.fill(); err != nil {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(2)
 	}
+	// SIGINT (Ctrl-C) or SIGTERM ends ctx: the runner then stops gracefully.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-
-	if err := run(ctx, cfg); err != nil {
+	if err := run(ctx, cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
 }
 
-func (c *config) fill() error {
-	const hint = "start the test bed: scripts/testbed up && source .testbed/env (or run: make demo)"
-	env := os.Getenv("TIDEMARK_KAFKA_BROKERS")
-	if env == "" {
-		return errors.New("TIDEMARK_KAFKA_BROKERS is not set; " + hint)
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("quickstart", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	brokers := fs.String("brokers", os.Getenv("TIDEMARK_KAFKA_BROKERS"), "Kafka brokers, comma-separated (default $TIDEMARK_KAFKA_BROKERS)")
+	fs.StringVar(&c.dsn, "dsn", os.Getenv("TIDEMARK_PG_DSN"), "PostgreSQL for the inbox (default $TIDEMARK_PG_DSN; empty: count in memory)")
+	fs.IntVar(&c.records, "records", 10_000, "orders to produce and consume")
+	fs.IntVar(&c.partitions, "partitions", 6, "partitions of the topic")
+	fs.IntVar(&c.keys, "keys", 500, "distinct customers (record keys)")
+	fs.IntVar(&c.concurrency, "concurrency", 64, "handlers running at once (runner.Concurrency)")
+	fs.DurationVar(&c.work, "work", 0, "time each handler takes on top of its effect, to watch a slow consumer")
+	fs.StringVar(&c.topic, "topic", "", "topic to create (default quickstart-<time>)")
+	fs.StringVar(&c.group, "group", "", "consumer group (default: the topic's name)")
+	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "bound of the whole run")
+	if err := fs.Parse(args); err != nil {
+		return c, err
 	}
-	c.brokers = strings.Split(env, ",")
-	if c.dsn = os.Getenv("TIDEMARK_PG_DSN"); c.dsn == "" {
-		return errors.New("TIDEMARK_PG_DSN is not set; " + hint)
+	const hint = "start the test bed: scripts/testbed up && source .testbed/env (or run: make quickstart)"
+	for b := range strings.SplitSeq(*brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			c.brokers = append(c.brokers, b)
+		}
 	}
-	if c.records < 1 || c.partitions < 1 || c.keys < 1 {
-		return errors.New("-records, -partitions and -keys must be positive")
+	switch {
+	case fs.NArg() > 0:
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case len(c.brokers) == 0:
+		return c, errors.New("no brokers: pass -brokers or set TIDEMARK_KAFKA_BROKERS; " + hint)
+	case c.records < 1 || c.partitions < 1 || c.keys < 1 || c.concurrency < 1:
+		return c, errors.New("-records, -partitions, -keys and -concurrency must be positive")
+	case c.work < 0 || c.timeout <= 0:
+		return c, errors.New("-work must not be negative, -timeout must be positive")
 	}
 	if c.topic == "" {
 		c.topic = "quickstart-" + time.Now().Format("20060102-150405.000")
@@ -94,134 +128,210 @@ func (c *config) fill() error {
 	if c.group == "" {
 		c.group = c.topic
 	}
-	return nil
+	return c, nil
 }
 
-func run(ctx context.Context, cfg config) error {
+// tally counts what the handler did, by record.
+type tally struct {
+	mu      sync.Mutex
+	handled map[runner.TP]map[int64]int // topic/partition → offset → times
+	n       int                         // distinct records handled
+	again   int                         // handled more than once
+	done    chan struct{}               // closed when n reaches want
+	want    int
+}
+
+func (t *tally) add(rec runner.Record) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tp := runner.TP{Topic: rec.Topic, Partition: rec.Partition}
+	if t.handled[tp] == nil {
+		t.handled[tp] = map[int64]int{}
+	}
+	t.handled[tp][rec.Offset]++
+	if t.handled[tp][rec.Offset] > 1 {
+		t.again++
+		return
+	}
+	if t.n++; t.n == t.want {
+		close(t.done)
+	}
+}
+
+func run(ctx context.Context, cfg config, out io.Writer) error {
 	start := time.Now()
-
-	// A short MetadataMinAge (default 5s): the admin client waits for the new
-	// topic's leaders and must see them as soon as they exist.
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(cfg.brokers...), kgo.MetadataMinAge(100*time.Millisecond))
+	adm, closeAdm, err := admin(cfg.brokers)
 	if err != nil {
 		return err
 	}
-	defer admCl.Close()
-	adm := kadm.NewClient(admCl)
+	defer closeAdm()
 
-	pool, err := pgxpool.New(ctx, cfg.dsn)
-	if err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	defer pool.Close()
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS quickstart_rows (
-		topic        text        NOT NULL,
-		"partition"  int         NOT NULL,
-		"offset"     bigint      NOT NULL,
-		key          text        NOT NULL,
-		value        text        NOT NULL,
-		written_at   timestamptz NOT NULL DEFAULT now(),
-		PRIMARY KEY (topic, "partition", "offset")
-	)`); err != nil {
-		return fmt.Errorf("postgres: create table: %w", err)
-	}
-
-	// 1. The topic.
-	created, err := adm.CreateTopic(ctx, int32(cfg.partitions), 1, nil, cfg.topic)
-	if err == nil {
-		err = created.Err
-	}
-	if err != nil {
-		return fmt.Errorf("create topic %s: %w", cfg.topic, err)
-	}
-	if err := waitForLeaders(ctx, adm, cfg.topic, cfg.partitions); err != nil {
+	// 1. The topic and its orders.
+	if err := createTopic(ctx, adm, cfg.topic, cfg.partitions); err != nil {
 		return err
 	}
-
-	// 2. Produce.
 	t0 := time.Now()
-	produced, err := produce(ctx, cfg)
-	if err != nil {
+	if err := produce(ctx, cfg); err != nil {
 		return err
 	}
 	produceTook := time.Since(t0)
 
-	// 3. Consume through a group, rows first, then offsets.
-	t0 = time.Now()
-	consumed, err := consume(ctx, cfg, pool)
+	// 2. The handler: in memory, or through the inbox.
+	t := &tally{handled: map[runner.TP]map[int64]int{}, done: make(chan struct{}), want: cfg.records}
+	apply := func(ctx context.Context, rec runner.Record, o Order) error {
+		if cfg.work > 0 {
+			select {
+			case <-time.After(cfg.work):
+			case <-ctx.Done(): // the partition was lost, or the stop ran out of time
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	handler := runner.Typed(runner.JSON[Order](), func(ctx context.Context, rec runner.Record, o Order) error {
+		if err := apply(ctx, rec, o); err != nil {
+			return err
+		}
+		t.add(rec)
+		return nil
+	})
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var opts []runner.Option
+	var pool *pgxpool.Pool
+	if cfg.dsn != "" {
+		var store *inbox.Store
+		if pool, store, err = openInbox(ctx, cfg, quiet); err != nil {
+			return err
+		}
+		defer pool.Close()
+		// The effect and the inbox's row commit in one transaction; the
+		// record is counted once that transaction committed.
+		effect := store.Handler(func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
+			var o Order
+			if err := json.Unmarshal(rec.Value, &o); err != nil {
+				return runner.Permanent(err)
+			}
+			if err := apply(ctx, rec, o); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO quickstart_orders (topic, id, customer, cents) VALUES ($1, $2, $3, $4)`,
+				rec.Topic, o.ID, o.Customer, o.Cents)
+			return err
+		})
+		handler = func(ctx context.Context, rec runner.Record) error {
+			if err := effect(ctx, rec); err != nil {
+				return err
+			}
+			t.add(rec)
+			return nil
+		}
+		opts = append(opts, runner.OnAssign(store.AssignHook()))
+	}
+
+	// 3. The runner over the franz-go source, until every order was
+	// handled or ctx ends (SIGINT, SIGTERM, -timeout).
+	src, err := franz.New(cfg.brokers, cfg.group, []string{cfg.topic}, franz.Logger(quiet))
 	if err != nil {
 		return err
 	}
+	r, err := runner.New(src, append(opts,
+		runner.Handle(cfg.topic, handler),
+		runner.Concurrency(cfg.concurrency),
+		runner.Logger(quiet),
+	)...)
+	if err != nil {
+		return err
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	go func() {
+		select {
+		case <-t.done: // every order handled: stop the runner
+			stopRun()
+		case <-runCtx.Done():
+		}
+	}()
+	fmt.Fprintf(out, "tidemark quickstart: consuming %d orders of %s with group %s\n", cfg.records, cfg.topic, cfg.group)
+	t0 = time.Now()
+	runErr := r.Run(runCtx) // ends gracefully: stop fetching, drain, commit, leave
 	consumeTook := time.Since(t0)
 
-	// 4. Check and summarize.
+	// 4. The summary.
+	t.mu.Lock()
+	handled, again := t.n, t.again
+	t.mu.Unlock()
+	committed, end, err := offsets(context.WithoutCancel(ctx), adm, cfg.group, cfg.topic)
+	if err != nil {
+		return errors.Join(runErr, err)
+	}
 	var rows int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM quickstart_rows WHERE topic = $1`, cfg.topic).Scan(&rows); err != nil {
-		return fmt.Errorf("postgres: count rows: %w", err)
+	if pool != nil {
+		// Not bounded by ctx, which a signal may have ended: a summary
+		// after Ctrl-C still counts the rows.
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err := pool.QueryRow(qctx, `SELECT count(*) FROM quickstart_orders WHERE topic = $1`, cfg.topic).Scan(&rows)
+		cancel()
+		if err != nil {
+			return errors.Join(runErr, fmt.Errorf("counting the rows: %w", err))
+		}
 	}
-	end, err := adm.ListEndOffsets(ctx, cfg.topic)
-	if err == nil {
-		err = end.Error()
+	var lag int64
+	for p, e := range end {
+		lag += e - committed[p]
 	}
-	if err != nil {
-		return fmt.Errorf("end offsets: %w", err)
+	fmt.Fprintf(out, "  topic       %s, %d partitions, %d customers\n", cfg.topic, cfg.partitions, cfg.keys)
+	fmt.Fprintf(out, "  produced    %d orders in %s\n", cfg.records, produceTook.Round(time.Millisecond))
+	fmt.Fprintf(out, "  handled     %d orders in %s (concurrency %d)\n", handled, consumeTook.Round(time.Millisecond), cfg.concurrency)
+	fmt.Fprintf(out, "  twice       %d\n", again)
+	if pool != nil {
+		fmt.Fprintf(out, "  rows        %d in quickstart_orders (through the inbox)\n", rows)
 	}
-	committed, err := adm.FetchOffsetsForTopics(ctx, cfg.group, cfg.topic)
-	if err == nil {
-		err = committed.Error()
-	}
-	if err != nil {
-		return fmt.Errorf("committed offsets: %w", err)
-	}
-	endBy, committedBy := map[int32]int64{}, map[int32]int64{}
-	end.Each(func(o kadm.ListedOffset) { endBy[o.Partition] = o.Offset })
-	for p, o := range committed[cfg.topic] {
-		committedBy[p] = o.At
-	}
-	offsetsOK := maps.Equal(endBy, committedBy)
+	fmt.Fprintf(out, "  committed   %d of %d partitions at their end offset, %d records behind\n", atEnd(committed, end), len(end), lag)
+	fmt.Fprintf(out, "  total       %s\n", time.Since(start).Round(time.Millisecond))
 
-	fmt.Printf("tidemark quickstart: a plain franz-go + pgx consumer (the runner-based orders example will replace it)\n")
-	fmt.Printf("  topic       %s (%d partitions), group %s\n", cfg.topic, cfg.partitions, cfg.group)
-	fmt.Printf("  produced    %d records, %d keys, in %s\n", produced, cfg.keys, produceTook.Round(time.Millisecond))
-	fmt.Printf("  consumed    %d records in %s\n", consumed, consumeTook.Round(time.Millisecond))
-	fmt.Printf("  rows        %d in PostgreSQL table quickstart_rows\n", rows)
-	fmt.Printf("  committed   %s\n", describeOffsets(committedBy, endBy, offsetsOK))
-	fmt.Printf("  total       %s\n", time.Since(start).Round(time.Millisecond))
-
-	if produced != cfg.records || consumed != cfg.records || rows != cfg.records || !offsetsOK {
-		return errors.New("summary does not add up: see above")
+	switch {
+	case runErr != nil:
+		return fmt.Errorf("the runner: %w", runErr)
+	case handled < cfg.records:
+		return fmt.Errorf("stopped (%v) after %d of %d orders; the committed offsets are where the next run of group %s starts",
+			context.Cause(ctx), handled, cfg.records, cfg.group)
+	case again > 0, lag != 0, pool != nil && rows != cfg.records:
+		return errors.New("the summary does not add up: see above")
 	}
+	fmt.Fprintln(out, "  result      OK: every order handled, and committed")
 	return nil
 }
 
-// waitForLeaders returns once every partition of a new topic has a leader.
-// Producing earlier works too, but the producer would find the topic unknown
-// and retry only at its next metadata refresh.
-func waitForLeaders(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
+func admin(brokers []string) (*kadm.Client, func(), error) {
+	// A short MetadataMinAge (default 5s): createTopic waits for the new
+	// topic's leaders and must see them as soon as they exist.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.MetadataMinAge(100*time.Millisecond))
+	if err != nil {
+		return nil, nil, err
+	}
+	return kadm.NewClient(cl), cl.Close, nil
+}
+
+// createTopic creates topic and returns once every partition has a leader
+// that answers: producing earlier works too, but the producer would find
+// the topic unknown and retry only at its next metadata refresh.
+func createTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
+	created, err := adm.CreateTopic(ctx, int32(partitions), 1, nil, topic)
+	if err == nil {
+		err = created.Err
+	}
+	if err != nil {
+		return fmt.Errorf("creating topic %s: %w", topic, err)
+	}
 	for {
-		md, err := adm.Metadata(ctx, topic)
+		// ListOffsets is answered by the partition leader's replica
+		// manager, so it waits until the leaders serve the partitions.
+		listed, err := adm.ListEndOffsets(ctx, topic)
 		if err == nil {
-			td := md.Topics[topic]
-			ready := td.Err == nil && len(td.Partitions) == partitions
-			for _, p := range td.Partitions {
-				ready = ready && p.Err == nil && p.Leader >= 0
-			}
-			if ready {
-				// The metadata can name a leader a moment before that broker
-				// serves the partition; a produce then fails with
-				// NOT_LEADER_FOR_PARTITION and the client waits for its next
-				// metadata refresh (5s by default). ListOffsets is answered
-				// by the leader's replica manager, so it waits for that.
-				var listed kadm.ListedOffsets
-				listed, err = adm.ListEndOffsets(ctx, topic)
-				if err == nil {
-					err = listed.Error()
-				}
-				ready = err == nil
-			}
-			if ready {
-				return nil
-			}
+			err = listed.Error()
+		}
+		if err == nil && len(listed[topic]) == partitions {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -231,101 +341,101 @@ func waitForLeaders(ctx context.Context, adm *kadm.Client, topic string, partiti
 	}
 }
 
-func produce(ctx context.Context, cfg config) (int, error) {
-	// A client of its own, created after the topic exists: it learns the
-	// topic's leaders with its first metadata request.
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(cfg.brokers...),
-		kgo.DefaultProduceTopic(cfg.topic),
-		kgo.ProducerLinger(5*time.Millisecond),
-	)
+func produce(ctx context.Context, cfg config) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.brokers...), kgo.DefaultProduceTopic(cfg.topic),
+		kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer cl.Close()
-	errs := make(chan error, 1)
+	var (
+		mu    sync.Mutex
+		first error
+	)
 	for i := range cfg.records {
-		r := &kgo.Record{
-			Key:   []byte("customer-" + strconv.Itoa(i%cfg.keys)),
-			Value: []byte(`{"order":` + strconv.Itoa(i) + `}`),
-		}
-		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
-			if err != nil {
-				select {
-				case errs <- err:
-				default:
-				}
+		o := Order{ID: i, Customer: fmt.Sprintf("customer-%d", i%cfg.keys), Cents: int64(100 + i%900)}
+		v, _ := json.Marshal(o) // an Order always marshals
+		cl.Produce(ctx, &kgo.Record{Key: []byte(o.Customer), Value: v}, func(_ *kgo.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
 			}
 		})
 	}
 	if err := cl.Flush(ctx); err != nil {
-		return 0, fmt.Errorf("produce: %w", err)
+		return fmt.Errorf("producing: %w", err)
 	}
-	select {
-	case err := <-errs:
-		return 0, fmt.Errorf("produce: %w", err)
-	default:
+	mu.Lock()
+	defer mu.Unlock()
+	if first != nil {
+		return fmt.Errorf("producing: %w", first)
 	}
-	return cfg.records, nil
+	return nil
 }
 
-func consume(ctx context.Context, cfg config, pool *pgxpool.Pool) (int, error) {
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(cfg.brokers...),
-		kgo.ConsumerGroup(cfg.group),
-		kgo.ConsumeTopics(cfg.topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		// Offsets are committed by hand, after the rows are in PostgreSQL.
-		kgo.DisableAutoCommit(),
-		kgo.FetchMaxWait(200*time.Millisecond),
-	)
+func openInbox(ctx context.Context, cfg config, log *slog.Logger) (*pgxpool.Pool, *inbox.Store, error) {
+	pool, err := pgxpool.New(ctx, cfg.dsn)
 	if err != nil {
-		return 0, err
+		return nil, nil, errors.New("-dsn is not a valid connection string") // pgx's error may quote the password
 	}
-	defer cl.Close() // leaves the group
-
-	consumed := 0
-	for consumed < cfg.records {
-		fetches := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return consumed, fmt.Errorf("consumed %d of %d records: %w", consumed, cfg.records, err)
-		}
-		if err := fetches.Err(); err != nil {
-			return consumed, fmt.Errorf("poll: %w", err)
-		}
-		records := fetches.Records()
-		if len(records) == 0 {
-			continue
-		}
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			batch := &pgx.Batch{}
-			for _, r := range records {
-				batch.Queue(`INSERT INTO quickstart_rows (topic, "partition", "offset", key, value)
-					VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`,
-					r.Topic, r.Partition, r.Offset, string(r.Key), string(r.Value))
-			}
-			return tx.SendBatch(ctx, batch).Close()
-		})
-		if err != nil {
-			return consumed, fmt.Errorf("postgres: write %d rows: %w", len(records), err)
-		}
-		// Only now, with the rows committed, may Kafka learn that these
-		// records are done.
-		if err := cl.CommitRecords(ctx, records...); err != nil {
-			return consumed, fmt.Errorf("commit offsets: %w", err)
-		}
-		consumed += len(records)
+	store, err := inbox.New(pool, cfg.group, inbox.Logger(log))
+	if err == nil {
+		err = store.Migrate(ctx) // the inbox's own tables
 	}
-	return consumed, nil
+	if err == nil {
+		_, err = pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS quickstart_orders (
+			topic    text   NOT NULL,
+			id       int    NOT NULL,
+			customer text   NOT NULL,
+			cents    bigint NOT NULL,
+			PRIMARY KEY (topic, id))`)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("PostgreSQL: %w", err)
+	}
+	return pool, store, nil
 }
 
-func describeOffsets(committed, end map[int32]int64, ok bool) string {
-	var sum int64
-	for _, o := range end {
-		sum += o
+// offsets returns the group's committed offsets and the topic's end
+// offsets, by partition.
+func offsets(ctx context.Context, adm *kadm.Client, group, topic string) (committed, end map[int32]int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
 	}
-	if ok {
-		return fmt.Sprintf("offsets == end offsets on all %d partitions (sum %d)", len(end), sum)
+	if err != nil {
+		return nil, nil, fmt.Errorf("end offsets: %w", err)
 	}
-	return fmt.Sprintf("offsets %v != end offsets %v", committed, end)
+	fetched, err := adm.FetchOffsetsForTopics(ctx, group, topic)
+	if err == nil {
+		err = fetched.Error()
+	}
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		fetched, err = nil, nil // stopped before the group existed: nothing committed
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("committed offsets: %w", err)
+	}
+	committed, end = map[int32]int64{}, map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { end[o.Partition] = o.Offset })
+	for p, o := range fetched[topic] {
+		if o.At >= 0 {
+			committed[p] = o.At
+		}
+	}
+	return committed, end, nil
+}
+
+func atEnd(committed, end map[int32]int64) int {
+	n := 0
+	for p, e := range end {
+		if committed[p] == e {
+			n++
+		}
+	}
+	return n
 }

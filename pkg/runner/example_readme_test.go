@@ -1,13 +1,19 @@
 package runner_test
 
 // The code between "snippet: readme" and "end snippet" lines is README.md's
-// "A handler" example (TestDocSnippets keeps the two the same), run here
-// against a fake one-broker cluster (kfake).
+// "A handler" example (TestDocSnippets keeps the two the same, and
+// TestReadmeProgramBuilds builds the README's block alone as a main
+// package), run here against a fake one-broker cluster (kfake).
 
 // snippet: readme
 import (
 	"context"
+	"log"
 	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -18,11 +24,8 @@ import (
 
 import (
 	"fmt"
-	"log"
-	"os"
 	"slices"
 	"sync"
-	"syscall"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -36,11 +39,21 @@ type Order struct {
 	Cents    int64  `json:"cents"`
 }
 
-// end snippet
+func main() {
+	// SIGINT (Ctrl-C) or SIGTERM ends ctx. Run then stops gracefully:
+	// it stops fetching, lets running handlers finish (within
+	// DrainBudget), commits what is done and leaves the group.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	brokers := strings.Split(os.Getenv("TIDEMARK_KAFKA_BROKERS"), ",")
+	if err := run(ctx, brokers, applyOrder); err != nil {
+		log.Fatal(err)
+	}
+}
 
-// runOrders is the README's handler example.
-func runOrders(ctx context.Context, brokers []string, sigterm <-chan os.Signal, applyOrder func(context.Context, Order) error) error {
-	// snippet: readme
+// run consumes the topic "orders" until ctx ends, calling apply for each
+// order.
+func run(ctx context.Context, brokers []string, apply func(context.Context, Order) error) error {
 	src, err := franz.New(brokers, "orders-svc", []string{"orders"})
 	if err != nil {
 		return err
@@ -52,7 +65,7 @@ func runOrders(ctx context.Context, brokers []string, sigterm <-chan os.Signal, 
 			runner.Typed(runner.JSON[Order](), func(ctx context.Context, rec runner.Record, o Order) error {
 				// nil marks the record done. Honour ctx: it is
 				// cancelled when the partition is lost.
-				return applyOrder(ctx, o)
+				return apply(ctx, o)
 			}),
 			runner.LogFailures(slog.Default()), // each failed attempt, at warn
 			runner.Timeout(5*time.Second),      // per attempt, on this topic
@@ -64,18 +77,22 @@ func runOrders(ctx context.Context, brokers []string, sigterm <-chan os.Signal, 
 	if err != nil {
 		return err // *runner.ConfigError names the option
 	}
-	go func() {
-		<-sigterm
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = r.Shutdown(ctx) // stop fetching, drain, commit, leave the group
-	}()
 	return r.Run(ctx)
-	// end snippet
 }
 
+// applyOrder is the effect: write to a database, call a service. It may
+// run again for the same order (at least once); make it idempotent, or
+// use the inbox (below).
+func applyOrder(ctx context.Context, o Order) error {
+	slog.InfoContext(ctx, "order", "id", o.ID, "customer", o.Customer, "cents", o.Cents)
+	return nil
+}
+
+// end snippet
+
 // The README's handler example, over a fake cluster holding three orders:
-// once the three are applied, a SIGTERM stops the runner.
+// once the three are applied, ctx ends — as it does on SIGTERM in main —
+// and Run stops gracefully.
 func Example_readme() {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "orders"))
 	if err != nil {
@@ -88,19 +105,20 @@ func Example_readme() {
 		`{"id":"o-3","customer":"c-1","cents":300}`,
 	)
 
-	sigterm := make(chan os.Signal, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	var mu sync.Mutex
 	var applied []string
-	applyOrder := func(ctx context.Context, o Order) error {
+	apply := func(ctx context.Context, o Order) error {
 		mu.Lock()
 		defer mu.Unlock()
 		applied = append(applied, fmt.Sprintf("%s %s %d", o.ID, o.Customer, o.Cents))
 		if len(applied) == 3 {
-			sigterm <- syscall.SIGTERM
+			cancel() // what SIGTERM does to main's ctx
 		}
 		return nil
 	}
-	if err := runOrders(context.Background(), c.ListenAddrs(), sigterm, applyOrder); err != nil {
+	if err := run(ctx, c.ListenAddrs(), apply); err != nil {
 		log.Fatal(err)
 	}
 	slices.Sort(applied)

@@ -1,7 +1,9 @@
 package runner_test
 
 import (
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -140,4 +142,44 @@ func docSnippets(t *testing.T, doc, text string) map[string]string {
 		i += 2 + end
 	}
 	return out
+}
+
+// TestReadmeProgramBuilds: README.md's "A handler" block, with "package
+// main" put above it, builds as a program on its own — its imports are
+// complete and it defines everything it uses (ctx, the signal handling,
+// the effect). TestDocSnippets only shows that the block is the code of
+// example_readme_test.go, whose package has other imports and helpers.
+// The block is built through an overlay (go build -overlay) as a package
+// inside this module that exists only for the build: nothing is written
+// to the source tree.
+func TestReadmeProgramBuilds(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, ok := docSnippets(t, "README.md", string(b))["readme"]
+	if !ok {
+		t.Fatal(`README.md has no "<!-- snippet: readme -->" block`)
+	}
+	dir := t.TempDir()
+	main := filepath.Join(dir, "main.go")
+	if err := os.WriteFile(main, []byte("package main\n\n"+block+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pkgDir, err := filepath.Abs("internal/readmeprogram") // does not exist: the overlay makes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(pkgDir, "main.go"): main}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlayFile := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(overlayFile, overlay, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-overlay", overlayFile, "-o", filepath.Join(dir, "readme"), "./internal/readmeprogram")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("README.md's handler block does not build as a program: %v\n%s", err, out)
+	}
 }

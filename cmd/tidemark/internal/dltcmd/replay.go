@@ -3,7 +3,6 @@ package dltcmd
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,14 +13,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tidemark/tidemark/cmd/tidemark/internal/cli"
 	"github.com/tidemark/tidemark/pkg/runner"
 )
 
-// Exit statuses.
-const (
-	ExitOK    = 0
-	ExitError = 1
-)
+// cmdName prefixes the command's messages.
+const cmdName = "tidemark dlt replay"
 
 // produceChunk is how many records a replay sends before it waits for
 // their acknowledgements.
@@ -42,11 +39,10 @@ func (h *headerFlags) Set(s string) error {
 
 // Replay runs `tidemark dlt replay` with args (the words after "replay")
 // and returns the process's exit status: 0 when every dead letter chosen
-// was republished and acknowledged (or, with --dry-run, listed), 1 for a
-// usage error or a failure, which it explains on stderr.
+// was republished and acknowledged (or, with --dry-run, listed), 2 for a
+// usage error, 1 for a failure, which it explains on stderr.
 func Replay(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("tidemark dlt replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet(cmdName)
 	brokers := fs.String("brokers", "", "Kafka `brokers`, comma-separated host:port; default $TIDEMARK_KAFKA_BROKERS")
 	from := fs.String("from", "", "the dead-letter `topic` to read, required")
 	to := fs.String("to", "", "the `topic` to republish to, required")
@@ -83,34 +79,30 @@ With --group the command commits the end offsets it read on --from once
 every chosen record is acknowledged (nothing when one failed), so the next
 replay with the same group starts after them; the group records what was
 read, whatever the filter chose. --dry-run lists each dead letter it would
-replay and changes nothing. Exit status 1 on any error.
+replay and changes nothing. Exit status 2 for a usage error (nothing was
+read), 1 for a failure.
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitError
+	if code, done := cli.Parse(fs, args, stdout, stderr); done {
+		return code
 	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "tidemark dlt replay: "+format+"\n", a...)
-		return ExitError
-	}
+	usage := func(format string, a ...any) int { return cli.Usagef(stderr, cmdName, format, a...) }
+	fail := func(format string, a ...any) int { return cli.Failf(stderr, cmdName, format, a...) }
 	f := Filter{Partition: int32(*partition), To: -1, Error: *errText, Headers: headers}
 	switch {
 	case fs.NArg() > 0:
-		return fail("unexpected argument %q", fs.Arg(0))
+		return usage("unexpected argument %q", fs.Arg(0))
 	case *from == "":
-		return fail("--from is required: the dead-letter topic to read")
+		return usage("--from is required: the dead-letter topic to read")
 	case *to == "":
-		return fail("--to is required: the topic to republish to")
+		return usage("--to is required: the topic to republish to")
 	case *from == *to:
-		return fail("--from and --to are both %q: a replay would read its own records", *from)
+		return usage("--from and --to are both %q: a replay would read its own records", *from)
 	case *partition < -1 || *partition > 1<<31-1:
-		return fail("--partition %d is not a partition number", *partition)
+		return usage("--partition %d is not a partition number", *partition)
 	case *timeout <= 0:
-		return fail("--timeout %v is not positive", *timeout)
+		return usage("--timeout %v is not positive", *timeout)
 	}
 	switch *originTopic {
 	case "":
@@ -122,7 +114,7 @@ replay and changes nothing. Exit status 1 on any error.
 	if *offsets != "" {
 		var err error
 		if f.From, f.To, err = ParseOffsets(*offsets); err != nil {
-			return fail("%v", err)
+			return usage("%v", err)
 		}
 	}
 	seeds := *brokers
@@ -130,7 +122,7 @@ replay and changes nothing. Exit status 1 on any error.
 		seeds = os.Getenv("TIDEMARK_KAFKA_BROKERS")
 	}
 	if strings.TrimSpace(seeds) == "" {
-		return fail("no brokers: pass --brokers or set TIDEMARK_KAFKA_BROKERS")
+		return usage("no brokers: pass --brokers or set TIDEMARK_KAFKA_BROKERS")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
@@ -145,7 +137,7 @@ replay and changes nothing. Exit status 1 on any error.
 		}
 		return fail("%v", err)
 	}
-	return ExitOK
+	return cli.ExitOK
 }
 
 // replay is one run of the command.

@@ -15,13 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tidemark/tidemark/cmd/tidemark/internal/cli"
 	"github.com/tidemark/tidemark/pkg/inbox"
-)
-
-// Exit statuses.
-const (
-	ExitOK    = 0
-	ExitError = 1
 )
 
 // dsnHelp is the part of every command's usage that says where the
@@ -39,7 +34,8 @@ var libpqVars = []string{"PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER
 // common are the flags every inbox command has, and where it explains a
 // failure.
 type common struct {
-	name    string
+	name    string // "tidemark inbox migrate"
+	stdout  io.Writer
 	stderr  io.Writer
 	fs      *flag.FlagSet
 	dsn     *string
@@ -47,11 +43,11 @@ type common struct {
 	timeout *time.Duration
 }
 
-func newCommon(name string, stderr io.Writer) *common {
-	fs := flag.NewFlagSet("tidemark inbox "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func newCommon(name string, stdout, stderr io.Writer) *common {
+	fs := cli.NewFlagSet("tidemark inbox " + name)
 	return &common{
-		name:    name,
+		name:    "tidemark inbox " + name,
+		stdout:  stdout,
 		stderr:  stderr,
 		fs:      fs,
 		dsn:     fs.String("dsn", "", "PostgreSQL connection `string` (URL or key=value); default $TIDEMARK_PG_DSN, else libpq's PG* variables"),
@@ -60,9 +56,16 @@ func newCommon(name string, stderr io.Writer) *common {
 	}
 }
 
+// usageError is a connect error that is the command line's (or the
+// environment's) fault: no database named, or a connection string that
+// does not parse.
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
+
 // connect opens a small pool on the command's database. The error never
 // holds the connection string: pgx's parse errors may quote it, password
-// included.
+// included. A usageError is a usage error.
 func (c *common) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	dsn, from := *c.dsn, "--dsn"
 	if dsn == "" {
@@ -77,12 +80,12 @@ func (c *common) connect(ctx context.Context) (*pgxpool.Pool, error) {
 			}
 		}
 		if !set {
-			return nil, errors.New("no database: pass --dsn, set TIDEMARK_PG_DSN, or set libpq's variables (PGHOST, PGDATABASE, PGUSER, ...)")
+			return nil, usageError("no database: pass --dsn, set TIDEMARK_PG_DSN, or set libpq's variables (PGHOST, PGDATABASE, PGUSER, ...)")
 		}
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("%s is not a valid connection string", from)
+		return nil, usageError(from + " is not a valid connection string")
 	}
 	cfg.MaxConns = 2
 	return pgxpool.NewWithConfig(ctx, cfg)
@@ -99,35 +102,40 @@ func (c *common) options() []inbox.Option {
 // parse parses args; done reports that the command ends with status code
 // (help, or a usage error already explained).
 func (c *common) parse(args []string) (code int, done bool) {
-	if err := c.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK, true
-		}
-		return ExitError, true
+	if code, done := cli.Parse(c.fs, args, c.stdout, c.stderr); done {
+		return code, true
 	}
 	switch {
 	case c.fs.NArg() > 0:
-		return c.fail("unexpected argument %q", c.fs.Arg(0)), true
+		return c.usage("unexpected argument %q", c.fs.Arg(0)), true
 	case *c.timeout <= 0:
-		return c.fail("--timeout %v is not positive", *c.timeout), true
+		return c.usage("--timeout %v is not positive", *c.timeout), true
 	}
 	return 0, false
 }
 
 // fail explains a failure on stderr, after the command's name, and returns
-// ExitError.
+// cli.ExitFailure.
 func (c *common) fail(format string, a ...any) int {
-	fmt.Fprintf(c.stderr, "tidemark inbox %s: "+format+"\n", append([]any{c.name}, a...)...)
-	return ExitError
+	return cli.Failf(c.stderr, c.name, format, a...)
+}
+
+// usage explains a usage error on stderr and returns cli.ExitUsage.
+func (c *common) usage(format string, a ...any) int {
+	return cli.Usagef(c.stderr, c.name, format, a...)
 }
 
 // withPool runs f with a pool on the command's database and a ctx that ends
-// after --timeout, and returns f's status; ExitError, explained, if the pool
-// cannot be made.
+// after --timeout, and returns f's status; explained, cli.ExitUsage if no
+// database is named or its connection string does not parse,
+// cli.ExitFailure if the pool cannot be made.
 func (c *common) withPool(f func(ctx context.Context, pool *pgxpool.Pool) int) int {
 	ctx, cancel := context.WithTimeout(context.Background(), *c.timeout)
 	defer cancel()
 	pool, err := c.connect(ctx)
+	if ue, ok := errors.AsType[usageError](err); ok {
+		return c.usage("%v", ue)
+	}
 	if err != nil {
 		return c.fail("%v", err)
 	}
@@ -137,10 +145,10 @@ func (c *common) withPool(f func(ctx context.Context, pool *pgxpool.Pool) int) i
 
 // Migrate runs `tidemark inbox migrate` with args (the words after
 // "migrate") and returns the process's exit status: 0 when the schema is at
-// inbox.SchemaVersion afterwards, 1 for a usage error or a failure, which
-// it explains on stderr.
+// inbox.SchemaVersion afterwards, 2 for a usage error, 1 for a failure,
+// which it explains on stderr.
 func Migrate(args []string, stdout, stderr io.Writer) int {
-	c := newCommon("migrate", stderr)
+	c := newCommon("migrate", stdout, stderr)
 	c.fs.Usage = func() {
 		fmt.Fprintf(c.fs.Output(), `usage: tidemark inbox migrate [--dsn DSN] [--schema NAME] [--timeout D]
 
@@ -148,7 +156,8 @@ Creates or upgrades the tables of tidemark's inbox (tidemark_inbox,
 tidemark_lease, tidemark_inbox_retention, tidemark_inbox_migrations) to
 version %d. Safe to run again, and from many places at once: replicas
 serialize on an advisory lock and the later ones find nothing to do. Exit
-status 1 on any error.
+status 2 for a usage error (no database named, a bad flag), 1 for a
+failure.
 
 %s
 `, inbox.SchemaVersion, dsnHelp)
@@ -182,16 +191,17 @@ status 1 on any error.
 		} else {
 			fmt.Fprintf(stdout, "tidemark inbox migrate: migrated schema %s to version %d (was %d)\n", name, after, before)
 		}
-		return ExitOK
+		return cli.ExitOK
 	})
 }
 
 // Leases runs `tidemark inbox leases` with args (the words after "leases"):
 // it lists a group's partition leases, and with --reset --yes bumps them
-// all (inbox.ResetLeases). It returns 0 on success, 1 for a usage error, a
-// failure, or --reset without --yes (which changes nothing).
+// all (inbox.ResetLeases). It returns 0 on success, 2 for a usage error or
+// --reset without --yes (which lists and changes nothing), 1 for a
+// failure.
 func Leases(args []string, stdout, stderr io.Writer) int {
-	c := newCommon("leases", stderr)
+	c := newCommon("leases", stdout, stderr)
 	group := c.fs.String("group", "", "the consumer group, required")
 	topic := c.fs.String("topic", "", "only this topic's leases")
 	reset := c.fs.Bool("reset", false, "bump every listed lease's epoch, fencing the members that hold them (needs --yes)")
@@ -210,7 +220,8 @@ inbox.Owners takes back, on its next record, the lease of a partition the
 group coordinator says it owns; other members at their next assignment.
 Use it to stop a member you cannot stop (a zombie process) from
 committing. Applied marks are kept. Without --yes it only says what it
-would reset, and exits 1.
+would reset, and exits 2 (a usage error: the confirmation is missing).
+Otherwise exit status 2 means a usage error, 1 a failure.
 
 %s
 `, dsnHelp)
@@ -221,9 +232,9 @@ would reset, and exits 1.
 	}
 	switch {
 	case *group == "":
-		return c.fail("--group is required")
+		return c.usage("--group is required")
 	case *yes && !*reset:
-		return c.fail("--yes confirms --reset; there is nothing to confirm")
+		return c.usage("--yes confirms --reset; there is nothing to confirm")
 	}
 	return c.withPool(func(ctx context.Context, pool *pgxpool.Pool) int {
 		leases, err := inbox.Leases(ctx, pool, *group, *topic, c.options()...)
@@ -242,16 +253,16 @@ would reset, and exits 1.
 		}
 		tw.Flush()
 		if !*reset {
-			return ExitOK
+			return cli.ExitOK
 		}
 		if !*yes {
-			return c.fail("would reset the %d leases above, fencing the members that hold them; run again with --yes", len(leases))
+			return c.usage("would reset the %d leases above, fencing the members that hold them; run again with --yes", len(leases))
 		}
 		n, err := inbox.ResetLeases(ctx, pool, *group, *topic, c.options()...)
 		if err != nil {
 			return c.fail("%v", err)
 		}
 		fmt.Fprintf(stdout, "tidemark inbox leases: reset %d leases of group %s\n", n, *group)
-		return ExitOK
+		return cli.ExitOK
 	})
 }

@@ -2,30 +2,24 @@ package lab
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/tidemark/tidemark/cmd/tidemark/internal/cli"
 )
 
-// Exit statuses of [Offsets].
-const (
-	// ExitOK means the trace was printed.
-	ExitOK = 0
-	// ExitError means a usage error or an unreadable script.
-	ExitError = 1
-	// ExitMalformed means a malformed script, and only that.
-	ExitMalformed = 2
-)
+// cmdName prefixes the command's messages.
+const cmdName = "tidemark lab offsets"
 
 // Offsets runs `tidemark lab offsets` with args (the words after "offsets"),
 // reading a script named "-" from stdin, and returns the process's exit
-// status: [ExitMalformed] for a malformed script (with a message naming the
-// line on stderr), [ExitError] for anything else that went wrong.
+// status: [cli.ExitUsage] for a usage error or a malformed script (with a
+// message naming the line on stderr), [cli.ExitFailure] for a script file
+// it cannot read or a trace it cannot write.
 func Offsets(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("tidemark lab offsets", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet(cmdName)
 	caseName := fs.String("case", "", "a built-in trace: "+strings.Join(Cases(), ", ")+" (default normal)")
 	script := fs.String("script", "", "a script `file` to replay, or - for stdin")
 	strategyName := fs.String("strategy", "prefix", "prefix, or naive to check the max(completed)+1 rule beside it")
@@ -40,48 +34,41 @@ step. Script: one operation per line, '#' starts a comment:
   assign EPOCH START     deliver OFF [OFF...]   complete OFF [EPOCH]
   position POS           revoke                 lost
 
-Exit status 2 means a malformed script; 1 any other error.
+Exit status 2 means a usage error or a malformed script (nothing was
+replayed); 1 a script file that cannot be read.
 
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitError
+	if code, done := cli.Parse(fs, args, stdout, stderr); done {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tidemark lab offsets: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return ExitError
+		return cli.Usagef(stderr, cmdName, "unexpected argument %q", fs.Arg(0))
 	}
 	strategy, err := ParseStrategy(*strategyName)
 	if err != nil {
-		fmt.Fprintf(stderr, "tidemark lab offsets: %v\n", err)
-		return ExitError
+		return cli.Usagef(stderr, cmdName, "%v", err)
 	}
 	if *caseName != "" && *script != "" {
-		fmt.Fprintln(stderr, "tidemark lab offsets: --case and --script are exclusive")
-		return ExitError
+		return cli.Usagef(stderr, cmdName, "--case and --script are exclusive")
 	}
 
 	var (
-		src   io.Reader
-		name  string
-		title string
+		src     io.Reader
+		srcName string
+		title   string
 	)
 	switch {
 	case *script == "-":
-		src, name, title = stdin, "stdin", "script from stdin"
+		src, srcName, title = stdin, "stdin", "script from stdin"
 	case *script != "":
 		f, err := os.Open(*script)
 		if err != nil {
-			fmt.Fprintf(stderr, "tidemark lab offsets: %v\n", err)
-			return ExitError
+			return cli.Failf(stderr, cmdName, "%v", err)
 		}
 		defer f.Close()
-		src, name, title = f, *script, "script "+*script
+		src, srcName, title = f, *script, "script "+*script
 	default:
 		c := *caseName
 		if c == "" {
@@ -89,30 +76,29 @@ Exit status 2 means a malformed script; 1 any other error.
 		}
 		text, err := Case(c)
 		if err != nil {
-			fmt.Fprintf(stderr, "tidemark lab offsets: %v\n", err)
-			return ExitError
+			return cli.Usagef(stderr, cmdName, "%v", err)
 		}
-		src, name, title = strings.NewReader(text), "case "+c, "case "+c
+		src, srcName, title = strings.NewReader(text), "case "+c, "case "+c
 	}
 
 	trace, err := Run(src, strategy)
 	if err != nil {
-		fmt.Fprintf(stderr, "tidemark lab offsets: %s: %v\n", name, err)
 		if errors.Is(err, ErrMalformed) {
-			return ExitMalformed
+			// What the user wrote is wrong, as with a bad flag.
+			fmt.Fprintf(stderr, "%s: %s: %v\n", cmdName, srcName, err)
+			return cli.ExitUsage
 		}
-		return ExitError
+		return cli.Failf(stderr, cmdName, "%s: %v", srcName, err)
 	}
 	if *asJSON {
 		err = trace.WriteJSON(stdout)
 	} else {
-		if _, err = fmt.Fprintf(stdout, "tidemark lab offsets: %s, strategy %s\n\n", title, strategy); err == nil {
+		if _, err = fmt.Fprintf(stdout, "%s: %s, strategy %s\n\n", cmdName, title, strategy); err == nil {
 			err = trace.WriteTable(stdout)
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "tidemark lab offsets: %v\n", err)
-		return ExitError
+		return cli.Failf(stderr, cmdName, "%v", err)
 	}
-	return ExitOK
+	return cli.ExitOK
 }

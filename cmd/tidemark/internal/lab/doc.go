@@ -13,5 +13,5 @@
 //	lost                 ownership lost: commit nothing
 //
 // A malformed script is reported as a [*ScriptError] naming its line. The
-// seed's three traces are built in; see [Cases].
+// three built-in scripts are listed by [Cases].
 package lab

@@ -26,7 +26,7 @@ func run(name string, strategy lab.Strategy) *lab.Trace {
 	return trace
 }
 
-// The normal trace of seed 003: safe 100, 101, 109. Under --strategy naive
+// The normal case: safe 100, 101, 109. Under --strategy naive
 // the first violation is at the first completion: max(completed)+1 = 109
 // would skip the unfinished 100 and 103.
 func Example_normal() {

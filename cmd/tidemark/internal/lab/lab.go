@@ -67,7 +67,7 @@ func (e *ScriptError) Is(target error) bool { return target == ErrMalformed }
 //go:embed cases/*.lab
 var cases embed.FS
 
-// Cases returns the names of the built-in scripts: the seed's three traces.
+// Cases returns the names of the built-in scripts: normal, stale and handoff.
 func Cases() []string { return []string{"normal", "stale", "handoff"} }
 
 // Case returns the built-in script called name.

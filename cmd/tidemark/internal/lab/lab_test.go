@@ -258,33 +258,36 @@ func TestNotMalformed(t *testing.T) {
 	}
 }
 
-func TestOtherErrorsExit1(t *testing.T) {
+// TestUsageErrorsExit2: a bad command line exits 2, as a malformed script
+// does, and says what was wrong; an unreadable file exits 1; -h exits 0.
+func TestUsageErrorsExit2(t *testing.T) {
 	dir := t.TempDir()
 	tests := []struct {
 		name string
 		args []string
+		code int
 		msg  string
 	}{
-		{"unknown flag", []string{"--frob"}, "flag provided but not defined"},
-		{"unknown case", []string{"--case", "x"}, `unknown case "x"`},
-		{"unknown strategy", []string{"--strategy", "max"}, `unknown strategy "max"`},
-		{"case and script", []string{"--case", "normal", "--script", "-"}, "exclusive"},
-		{"missing file", []string{"--script", filepath.Join(dir, "none.lab")}, "no such file"},
-		{"stray argument", []string{"normal"}, `unexpected argument "normal"`},
+		{"unknown flag", []string{"--frob"}, 2, "flag provided but not defined"},
+		{"unknown case", []string{"--case", "x"}, 2, `unknown case "x"`},
+		{"unknown strategy", []string{"--strategy", "max"}, 2, `unknown strategy "max"`},
+		{"case and script", []string{"--case", "normal", "--script", "-"}, 2, "exclusive"},
+		{"stray argument", []string{"normal"}, 2, `unexpected argument "normal"`},
+		{"missing file", []string{"--script", filepath.Join(dir, "none.lab")}, 1, "no such file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			code, _, stderr := offsets(t, "", tt.args...)
-			if code != 1 {
-				t.Fatalf("exit %d, want 1", code)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d", code, tt.code)
 			}
 			if !strings.Contains(stderr, tt.msg) {
 				t.Errorf("stderr %q, want %q", stderr, tt.msg)
 			}
 		})
 	}
-	if code, _, _ := offsets(t, "", "-h"); code != 0 {
-		t.Errorf("-h: exit %d, want 0", code)
+	if code, out, stderr := offsets(t, "", "-h"); code != 0 || !strings.HasPrefix(out, "usage: tidemark lab offsets") || stderr != "" {
+		t.Errorf("-h: exit %d, stdout %q, stderr %q; want 0 and the usage on stdout", code, out, stderr)
 	}
 }
 
