@@ -3,8 +3,9 @@
 // tests (a Kafka broker of the test bed) without stopping that server.
 //
 // A Proxy listens on 127.0.0.1 and forwards every connection to one target
-// address. Cut closes every forwarded connection and closes each new one as
-// soon as it is accepted, until Restore; SetLatency delays every chunk of
+// address. Cut closes every forwarded connection and stops listening, so a
+// dial is refused as by a stopped server, until Restore listens again on the
+// same port; SetLatency delays every chunk of
 // bytes, in both directions, by a fixed time. A client that learns other
 // addresses from the server (Kafka's metadata names the brokers' advertised
 // addresses) must be made to dial them through the proxy too, for example
@@ -13,6 +14,7 @@ package tcpproxy
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -22,7 +24,10 @@ import (
 // concurrent use. Close stops it; a closed Proxy cannot be reused.
 type Proxy struct {
 	target string
-	ln     net.Listener
+	addr   string
+
+	lnMu sync.Mutex   // serializes Cut, Restore and Close
+	ln   net.Listener // nil while cut
 
 	mu      sync.Mutex
 	cut     bool
@@ -44,22 +49,33 @@ func New(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{target: target, ln: ln, conns: map[*pipe]struct{}{}}
+	p := &Proxy{target: target, addr: ln.Addr().String(), ln: ln, conns: map[*pipe]struct{}{}}
 	p.wg.Add(1)
-	go p.accept()
+	go p.accept(ln)
 	return p, nil
 }
 
-// Addr is the proxy's address (127.0.0.1:port).
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+// Addr is the proxy's address (127.0.0.1:port). It stays the same across
+// Cut and Restore.
+func (p *Proxy) Addr() string { return p.addr }
 
 // Target is the address the proxy forwards to.
 func (p *Proxy) Target() string { return p.target }
 
-// Cut closes every forwarded connection and, until Restore, closes each new
-// connection as soon as it is accepted: a client sees its connections
-// reset and every dial end with nothing read.
+// Cut closes every forwarded connection and stops listening: until
+// Restore, a dial to Addr is refused (ECONNREFUSED), as when the server is
+// down.
 func (p *Proxy) Cut() {
+	p.lnMu.Lock()
+	defer p.lnMu.Unlock()
+	p.cutLocked()
+}
+
+func (p *Proxy) cutLocked() {
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
 	p.mu.Lock()
 	p.cut = true
 	conns := p.conns
@@ -70,11 +86,31 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Restore undoes Cut: new connections are forwarded again.
-func (p *Proxy) Restore() {
+// Restore undoes Cut: it listens on Addr again and forwards new
+// connections. It fails if the port was taken meanwhile, or after Close.
+func (p *Proxy) Restore() error {
+	p.lnMu.Lock()
+	defer p.lnMu.Unlock()
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return errors.New("tcpproxy: Restore after Close")
+	}
+	if p.ln != nil {
+		return nil // not cut
+	}
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return fmt.Errorf("tcpproxy: listening on %s again: %w", p.addr, err)
+	}
+	p.ln = ln
 	p.mu.Lock()
 	p.cut = false
 	p.mu.Unlock()
+	p.wg.Add(1)
+	go p.accept(ln)
+	return nil
 }
 
 // SetLatency delays every chunk of bytes read from either side by d before
@@ -89,28 +125,22 @@ func (p *Proxy) SetLatency(d time.Duration) {
 // Close stops accepting, closes every connection and waits for the proxy's
 // goroutines to return.
 func (p *Proxy) Close() error {
+	p.lnMu.Lock()
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
-	err := p.ln.Close()
-	p.Cut()
+	p.cutLocked()
+	p.lnMu.Unlock()
 	p.wg.Wait()
-	return err
+	return nil
 }
 
-func (p *Proxy) accept() {
+func (p *Proxy) accept(ln net.Listener) {
 	defer p.wg.Done()
 	for {
-		c, err := p.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
-			return // closed
-		}
-		p.mu.Lock()
-		refuse := p.cut || p.closed
-		p.mu.Unlock()
-		if refuse {
-			c.Close()
-			continue
+			return // closed: Cut or Close
 		}
 		p.wg.Add(1)
 		go p.forward(c)

@@ -2,9 +2,11 @@ package tcpproxy_test
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,11 +104,15 @@ func TestForwardCutRestore(t *testing.T) {
 	if got, err := roundTrip(c, "after the cut"); err == nil {
 		t.Fatalf("a connection made before Cut still forwards: read %q", got)
 	}
-	c2 := dial(t, p.Addr())
-	if got, err := roundTrip(c2, "new"); err == nil {
-		t.Fatalf("a connection made after Cut forwards: read %q", got)
+	if c2, err := net.DialTimeout("tcp", p.Addr(), time.Second); err == nil {
+		c2.Close()
+		t.Fatal("a dial after Cut was accepted, want it refused")
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("a dial after Cut failed with %v, want ECONNREFUSED", err)
 	}
-	p.Restore()
+	if err := p.Restore(); err != nil {
+		t.Fatal(err)
+	}
 	c3 := dial(t, p.Addr())
 	if got, err := roundTrip(c3, "back"); err != nil || got != "back" {
 		t.Fatalf("after Restore: %q, %v; want back", got, err)
@@ -114,6 +120,9 @@ func TestForwardCutRestore(t *testing.T) {
 	c3.Close()
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if err := p.Restore(); err == nil {
+		t.Fatal("Restore after Close succeeded")
 	}
 	if c, err := net.DialTimeout("tcp", p.Addr(), time.Second); err == nil {
 		c.Close()
