@@ -7,12 +7,18 @@ package integration_test
 
 import (
 	"context"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/tidemark/tidemark/integration/bed"
 	"github.com/tidemark/tidemark/internal/kafkatest"
+	"github.com/tidemark/tidemark/internal/tcpproxy"
 	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/shutdown"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 )
 
@@ -76,5 +82,167 @@ func TestIdleMemberJoined(t *testing.T) {
 				t.Fatalf("the idle member's Stats.Member = %+v, want group %s, a member id, a generation, a contact and its rebalances", m, group)
 			}
 		})
+	}
+}
+
+// proxied returns a proxy to the bed's broker and franz options that send
+// every connection of the client through it: the seed, and (through the
+// dialer) the address the broker advertises in its metadata, which the
+// client would otherwise dial directly after the first answer. The bed has
+// one broker, so every address maps to the one proxy.
+func proxied(t *testing.T) (*tcpproxy.Proxy, []franz.Option) {
+	t.Helper()
+	brokers := bed.Kafka(t)
+	if len(brokers) != 1 {
+		t.Fatalf("the readiness tests proxy a single broker; TIDEMARK_KAFKA_BROKERS has %d", len(brokers))
+	}
+	p, err := tcpproxy.New(brokers[0])
+	if err != nil {
+		t.Fatalf("tcpproxy.New: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	var d net.Dialer
+	dial := func(ctx context.Context, network, _ string) (net.Conn, error) { return d.DialContext(ctx, network, p.Addr()) }
+	return p, []franz.Option{franz.ClientOptions(kgo.SeedBrokers(p.Addr()), kgo.Dialer(dial))}
+}
+
+// readyMember is a runner over a franz source whose connections go through
+// its own proxy, with probes.
+type readyMember struct {
+	proxy  *tcpproxy.Proxy
+	r      *runner.Runner
+	probes *shutdown.Probes
+}
+
+// The timeouts of the proxied members: a 6s session, heartbeats every
+// 500ms, and a contact limit of 4s (the probes' threshold under test).
+const (
+	readySession = 6 * time.Second
+	readyLimit   = 4 * time.Second
+)
+
+func startReadyMember(t *testing.T, group, topic string) *readyMember {
+	t.Helper()
+	p, opts := proxied(t)
+	src := franzSource(t, group, topic, append(opts, franz.SessionTimeout(readySession), franz.RebalanceTimeout(readySession))...)
+	r := runPlain(t, src, topic)
+	probes := shutdown.NewProbes(r, 10*time.Second, shutdown.ContactLimit(readyLimit))
+	probes.Started()
+	return &readyMember{proxy: p, r: r, probes: probes}
+}
+
+func (m *readyMember) ready() bool { ok, _ := m.probes.Ready(); return ok }
+
+// cutAndRestore cuts m's connections and checks that m goes unready within
+// the contact limit (and a heartbeat), stays live while cut, and is ready
+// again after the connections are restored. It returns how long each took.
+func cutAndRestore(t *testing.T, m *readyMember) (unready, ready time.Duration) {
+	t.Helper()
+	m.proxy.Cut()
+	cut := time.Now()
+	var why string
+	for {
+		ok, w := m.probes.Ready()
+		if !ok {
+			why = w
+			break
+		}
+		if live, lw := m.probes.Live(); !live {
+			t.Fatalf("liveness failed during the outage: %s", lw)
+		}
+		if time.Since(cut) > readyLimit+2*time.Second {
+			t.Fatalf("still ready %v after the broker was cut off (contact limit %v)", time.Since(cut), readyLimit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	unready = time.Since(cut)
+	t.Logf("not ready %v after the cut: %s", unready.Round(time.Millisecond), why)
+	// Stay cut past the session timeout: the coordinator evicts the
+	// member, which must rejoin.
+	deadline := time.Now().Add(readySession + time.Second)
+	for time.Now().Before(deadline) {
+		if ok, w := m.probes.Ready(); ok {
+			t.Fatalf("ready again while cut off: %s", w)
+		}
+		if live, lw := m.probes.Live(); !live {
+			t.Fatalf("liveness failed during the outage: %s", lw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := m.proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	restored := time.Now()
+	kafkatest.WaitFor(t, 60*time.Second, "ready again after the broker came back", m.ready)
+	ready = time.Since(restored)
+	t.Logf("ready again %v after the restore", ready.Round(time.Millisecond))
+	return unready, ready
+}
+
+// TestReadinessFollowsTheBroker: a member that owns partitions goes
+// unready within the contact limit once its connections to the broker are
+// cut (the shared broker keeps running: a proxy is cut), liveness stays
+// true throughout, and it is ready again once they are restored.
+func TestReadinessFollowsTheBroker(t *testing.T) {
+	noLeaks(t)
+	topic, group := bed.Topic(t, 2), bed.Group(t)
+	m := startReadyMember(t, group, topic)
+	kafkatest.WaitFor(t, 30*time.Second, "ready and owning both partitions", func() bool { return m.ready() && len(m.r.Stats().Partitions) == 2 })
+	cutAndRestore(t, m)
+	kafkatest.WaitFor(t, 30*time.Second, "the partitions owned again", func() bool { return len(m.r.Stats().Partitions) == 2 })
+}
+
+// TestReadinessIdleMember: in a group with more members than partitions
+// the member that owns nothing is ready, goes unready when its own
+// connections are cut while the other stays ready, and is ready again
+// after the restore.
+func TestReadinessIdleMember(t *testing.T) {
+	noLeaks(t)
+	topic, group := bed.Topic(t, 1), bed.Group(t)
+	a := startReadyMember(t, group, topic)
+	kafkatest.WaitFor(t, 30*time.Second, "the first member ready", a.ready)
+	b := startReadyMember(t, group, topic)
+	kafkatest.WaitFor(t, 30*time.Second, "both members ready", func() bool { return a.ready() && b.ready() })
+	idle, busy := b, a
+	if len(b.r.Stats().Partitions) == 1 {
+		idle, busy = a, b
+	}
+	if n := len(idle.r.Stats().Partitions); n != 0 {
+		t.Fatalf("the idle member owns %d partitions", n)
+	}
+	cutAndRestore(t, idle)
+	if ok, why := busy.probes.Ready(); !ok {
+		t.Fatalf("the member whose connections were not cut is not ready: %s", why)
+	}
+}
+
+// TestReadinessWrongBrokerAddress: a runner pointed at a port nothing
+// listens on is never ready, and says why.
+func TestReadinessWrongBrokerAddress(t *testing.T) {
+	noLeaks(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	src, err := franz.New([]string{addr}, "readiness-wrong-address", []string{"readiness-wrong-address"},
+		franz.Logger(kafkatest.Logger(t)), franz.SessionTimeout(6*time.Second), franz.HeartbeatInterval(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := runPlain(t, src, "readiness-wrong-address")
+	probes := shutdown.NewProbes(r, 10*time.Second)
+	probes.Started()
+	kafkatest.WaitFor(t, 20*time.Second, "the source reports the failed dial", func() bool {
+		return strings.Contains(r.Stats().Member.ContactErr, "refused")
+	})
+	ok, why := probes.Ready()
+	if ok || !strings.Contains(why, "no answer from the group coordinator yet") || !strings.Contains(why, addr) {
+		t.Fatalf("Ready = %v %q, want false, naming no answer yet and the dial to %s", ok, why, addr)
+	}
+	t.Logf("readiness with a wrong broker address: %s", why)
+	if live, lw := probes.Live(); !live {
+		t.Fatalf("liveness failed with a wrong broker address: %s", lw)
 	}
 }
