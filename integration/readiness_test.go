@@ -20,6 +20,7 @@ import (
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/shutdown"
 	"github.com/tidemark/tidemark/pkg/source/franz"
+	"github.com/tidemark/tidemark/pkg/source/kafkago"
 )
 
 // runPlain runs a runner over src (no spy: the spy would hide the source's
@@ -50,25 +51,35 @@ func runPlain(t *testing.T, src runner.Source, topic string, opts ...runner.Opti
 
 // TestIdleMemberJoined: in a group with more members than partitions, the
 // member that gets nothing is still reported joined (Stats.Member.Joined),
-// under the classic protocol (cooperative and eager) and KIP-848, whose
-// broker never calls OnPartitionsAssigned for an empty assignment.
+// with a member id, a generation and a contact: franz under the classic
+// protocol (cooperative and eager) and KIP-848, and kafkago.
 func TestIdleMemberJoined(t *testing.T) {
+	franzWith := func(opts ...franz.Option) func(t *testing.T, group, topic string) runner.Source {
+		return func(t *testing.T, group, topic string) runner.Source { return franzSource(t, group, topic, opts...) }
+	}
 	cases := []struct {
 		name string
-		opts []franz.Option
+		src  func(t *testing.T, group, topic string) runner.Source
 	}{
-		{"cooperative", nil},
-		{"eager", []franz.Option{franz.Eager()}},
-		{"kip848", []franz.Option{franz.ServerSideAssignment()}},
+		{"cooperative", franzWith()},
+		{"eager", franzWith(franz.Eager())},
+		{"kip848", franzWith(franz.ServerSideAssignment())},
+		{"kafkago", func(t *testing.T, group, topic string) runner.Source {
+			src, err := kafkago.New(bed.Kafka(t), group, []string{topic}, kafkago.SessionTimeout(6*time.Second),
+				kafkago.RebalanceTimeout(10*time.Second), kafkago.HeartbeatInterval(500*time.Millisecond), kafkago.Logger(kafkatest.Logger(t)))
+			if err != nil {
+				t.Fatalf("kafkago.New: %v", err)
+			}
+			return src
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			noLeaks(t)
 			topic, group := bed.Topic(t, 1), bed.Group(t)
-			a := runPlain(t, franzSource(t, group, topic, tc.opts...), topic)
+			a := runPlain(t, tc.src(t, group, topic), topic)
 			kafkatest.WaitFor(t, 30*time.Second, "the first member owns the partition", func() bool { return len(a.Stats().Partitions) == 1 })
-			b := runPlain(t, franzSource(t, group, topic, tc.opts...), topic)
-			kafkatest.WaitFor(t, 30*time.Second, "the second member has a member id", func() bool { return b.Stats().Member.MemberID != "" })
+			b := runPlain(t, tc.src(t, group, topic), topic)
 			kafkatest.WaitFor(t, 30*time.Second, "both members joined, one of them owning the partition", func() bool {
 				sa, sb := a.Stats(), b.Stats()
 				return sa.Member.Joined && sb.Member.Joined && len(sa.Partitions)+len(sb.Partitions) == 1
@@ -80,6 +91,11 @@ func TestIdleMemberJoined(t *testing.T) {
 			m := idle.Stats().Member
 			if m.Group != group || m.MemberID == "" || m.Generation < 0 || m.ContactAt.IsZero() || len(m.Rebalances) == 0 {
 				t.Fatalf("the idle member's Stats.Member = %+v, want group %s, a member id, a generation, a contact and its rebalances", m, group)
+			}
+			probes := shutdown.NewProbes(idle, 10*time.Second)
+			probes.Started()
+			if ok, why := probes.Ready(); !ok {
+				t.Fatalf("the idle member is not ready: %s", why)
 			}
 		})
 	}
@@ -102,7 +118,9 @@ func proxied(t *testing.T) (*tcpproxy.Proxy, []franz.Option) {
 	}
 	t.Cleanup(func() { p.Close() })
 	var d net.Dialer
-	dial := func(ctx context.Context, network, _ string) (net.Conn, error) { return d.DialContext(ctx, network, p.Addr()) }
+	dial := func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, network, p.Addr())
+	}
 	return p, []franz.Option{franz.ClientOptions(kgo.SeedBrokers(p.Addr()), kgo.Dialer(dial))}
 }
 
@@ -217,32 +235,49 @@ func TestReadinessIdleMember(t *testing.T) {
 }
 
 // TestReadinessWrongBrokerAddress: a runner pointed at a port nothing
-// listens on is never ready, and says why.
+// listens on is never ready, and says why (franz and kafkago).
 func TestReadinessWrongBrokerAddress(t *testing.T) {
-	noLeaks(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	const name = "readiness-wrong-address"
+	cases := []struct {
+		name string
+		src  func(t *testing.T, addr string) (runner.Source, error)
+	}{
+		{"franz", func(t *testing.T, addr string) (runner.Source, error) {
+			return franz.New([]string{addr}, name, []string{name}, franz.Logger(kafkatest.Logger(t)),
+				franz.SessionTimeout(6*time.Second), franz.HeartbeatInterval(500*time.Millisecond))
+		}},
+		{"kafkago", func(t *testing.T, addr string) (runner.Source, error) {
+			return kafkago.New([]string{addr}, name, []string{name}, kafkago.Logger(kafkatest.Logger(t)),
+				kafkago.SessionTimeout(6*time.Second), kafkago.HeartbeatInterval(500*time.Millisecond))
+		}},
 	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
-	src, err := franz.New([]string{addr}, "readiness-wrong-address", []string{"readiness-wrong-address"},
-		franz.Logger(kafkatest.Logger(t)), franz.SessionTimeout(6*time.Second), franz.HeartbeatInterval(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := runPlain(t, src, "readiness-wrong-address")
-	probes := shutdown.NewProbes(r, 10*time.Second)
-	probes.Started()
-	kafkatest.WaitFor(t, 20*time.Second, "the source reports the failed dial", func() bool {
-		return strings.Contains(r.Stats().Member.ContactErr, "refused")
-	})
-	ok, why := probes.Ready()
-	if ok || !strings.Contains(why, "no answer from the group coordinator yet") || !strings.Contains(why, addr) {
-		t.Fatalf("Ready = %v %q, want false, naming no answer yet and the dial to %s", ok, why, addr)
-	}
-	t.Logf("readiness with a wrong broker address: %s", why)
-	if live, lw := probes.Live(); !live {
-		t.Fatalf("liveness failed with a wrong broker address: %s", lw)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			noLeaks(t)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := ln.Addr().String()
+			ln.Close() // nothing listens there now
+			src, err := tc.src(t, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := runPlain(t, src, name)
+			probes := shutdown.NewProbes(r, 10*time.Second)
+			probes.Started()
+			kafkatest.WaitFor(t, 20*time.Second, "the source reports the failed dial", func() bool {
+				return strings.Contains(r.Stats().Member.ContactErr, "refused")
+			})
+			ok, why := probes.Ready()
+			if ok || !strings.Contains(why, "no answer from the group coordinator yet") || !strings.Contains(why, addr) {
+				t.Fatalf("Ready = %v %q, want false, naming no answer yet and the dial to %s", ok, why, addr)
+			}
+			t.Logf("readiness with a wrong broker address: %s", why)
+			if live, lw := probes.Live(); !live {
+				t.Fatalf("liveness failed with a wrong broker address: %s", lw)
+			}
+		})
 	}
 }
