@@ -21,6 +21,7 @@ import (
 	"github.com/tidemark/tidemark/pkg/shutdown"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 	"github.com/tidemark/tidemark/pkg/source/kafkago"
+	"github.com/tidemark/tidemark/pkg/source/share"
 )
 
 // runPlain runs a runner over src (no spy: the spy would hide the source's
@@ -29,7 +30,7 @@ import (
 func runPlain(t *testing.T, src runner.Source, topic string, opts ...runner.Option) *runner.Runner {
 	t.Helper()
 	r, err := runner.New(src, append([]runner.Option{runner.Handle(topic, func(context.Context, runner.Record) error { return nil }),
-		runner.Logger(kafkatest.Logger(t)), runner.CommitInterval(100 * time.Millisecond), runner.DrainBudget(5 * time.Second)}, opts...)...)
+		runner.Logger(kafkatest.Logger(t)), runner.DrainBudget(5 * time.Second)}, opts...)...)
 	if err != nil {
 		src.Close()
 		t.Fatalf("runner.New: %v", err)
@@ -279,5 +280,22 @@ func TestReadinessWrongBrokerAddress(t *testing.T) {
 				t.Fatalf("liveness failed with a wrong broker address: %s", lw)
 			}
 		})
+	}
+}
+
+// TestReadinessShareIdle: a share-group member on a topic with no records
+// (so no partition is ever reported to the runner) is ready once each of
+// its sessions was answered a heartbeat.
+func TestReadinessShareIdle(t *testing.T) {
+	noLeaks(t)
+	shareBedFeature(t)
+	topic, group := bed.Topic(t, 2), bed.Group(t)
+	r := runPlain(t, newShareSource(t, group, topic, share.Sessions(2)), topic, runner.Failure(runner.Skip(3)))
+	probes := shutdown.NewProbes(r, 10*time.Second)
+	probes.Started()
+	kafkatest.WaitFor(t, 30*time.Second, "the idle share member ready", func() bool { ok, _ := probes.Ready(); return ok })
+	m := r.Stats().Member
+	if !m.Joined || m.ContactAt.IsZero() || len(r.Stats().Partitions) != 0 {
+		t.Fatalf("Stats.Member = %+v with %d partitions, want joined, a contact, no partition", m, len(r.Stats().Partitions))
 	}
 }
