@@ -46,7 +46,9 @@ type MemberStats struct {
 	// even one with no partitions) and false before the first.
 	Joined bool
 	// Rebalances are the most recent rebalance reports (up to
-	// MaxRebalances), oldest first.
+	// MaxRebalances), oldest first. Each call of Stats returns a new
+	// slice; the reports' Partitions are shared between calls and must
+	// not be modified.
 	Rebalances []Rebalance
 }
 
