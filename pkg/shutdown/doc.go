@@ -11,9 +11,16 @@
 // Probes serves /livez, /readyz and /statusz:
 //
 //   - liveness fails only when the runner's poll loop itself stops making
-//     progress — never because a handler or a downstream is slow, which would
+//     progress (its tick is stale, or Run returned outside a shutdown) —
+//     never because a handler, a downstream or Kafka is slow, which would
 //     turn an overload into a restart storm;
-//   - readiness is true while the runner runs and is not draining;
+//   - readiness is true while the runner runs, is not draining, has joined
+//     its group (an empty assignment counts) and its group's coordinator
+//     answered within ContactLimit (DefaultContactLimit, 90s). It is false
+//     before the first answer, so a wrong broker address keeps a pod
+//     unready; a Kafka outage makes every pod unready, which a
+//     PodDisruptionBudget turns into blocked node drains (docs/operations.md,
+//     "Readiness");
 //   - /statusz is the runner's Stats as JSON, including the age of the
 //     oldest unfinished record per partition (alert on it for a stuck
 //     handler; the same value is the tidemark.record.oldest_age gauge).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/internal/args"
+	"github.com/tidemark/tidemark/pkg/source/internal/kgocontact"
 )
 
 // Source is a runner.Source and runner.DeadLetterWriter over one franz-go
@@ -85,6 +86,9 @@ type Source struct {
 
 	hold *hold // records taken from the client, not handed over yet
 	flow *flow // Pause, Resume and what the client was told
+
+	contact kgocontact.Contact // the coordinator's last answer (Membership)
+	joined  joinReport         // whether the runner heard of this membership
 }
 
 // ErrClosed is returned by Run after Close.
@@ -153,7 +157,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		kgo.OnPartitionsAssigned(s.onAssigned),
 		kgo.OnPartitionsRevoked(s.onRevoked),
 		kgo.OnPartitionsLost(s.onLost),
-		kgo.WithHooks(expansionHook{s}),
+		kgo.WithHooks(expansionHook{s}, &s.contact),
 	)
 	if cfg.instanceSet {
 		kopts = append(kopts, kgo.InstanceID(cfg.instanceID))

@@ -62,6 +62,8 @@ type Source struct {
 	// only the current generation's hand-over goroutine uses it.
 	budget int
 
+	member *memberView // what Membership reports
+
 	limits atomic.Pointer[runner.FetchLimits] // set by LimitFetch
 	shrunk atomic.Bool                        // a fetch size was lowered (logged once)
 }
@@ -131,13 +133,14 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		closed:     make(chan struct{}),
 		commitSlot: make(chan struct{}, 1),
 		budget:     initialBudget,
+		member:     newMemberView(),
 	}
 	s.client = &kafka.Client{Addr: s.addr, Transport: s.tr}
 	kgoLog := cfg.logger.With("component", "kafka-go", "group", group)
 	s.cgCfg = kafka.ConsumerGroupConfig{
 		ID:                    group,
 		Brokers:               s.brokers,
-		Dialer:                cfg.dialer,
+		Dialer:                watchedDialer(cfg.dialer, s.member),
 		Topics:                s.topics,
 		GroupBalancers:        cfg.balancers,
 		HeartbeatInterval:     cfg.heartbeatInterval,
@@ -305,6 +308,7 @@ func (s *Source) generation(ctx, gctx context.Context, sink runner.Sink, kg *kaf
 		return nil
 	}
 	log := s.log.With("generation", kg.ID, "member", kg.MemberID)
+	s.member.joined(kg)
 	// lctx ends with the generation, with Run, or when this returns.
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -321,7 +325,12 @@ func (s *Source) generation(ctx, gctx context.Context, sink runner.Sink, kg *kaf
 	}
 	sortTPs(tps)
 	if len(tps) == 0 {
+		// More members than partitions: the runner still hears that
+		// the member joined (readiness counts an empty assignment).
 		log.Info("joined the group with no partitions")
+		if err := sink.Assigned(lctx, nil); err != nil && !errors.Is(err, runner.ErrStopped) && lctx.Err() == nil {
+			log.Warn("runner did not take the empty assignment", "err", err)
+		}
 		<-lctx.Done()
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/source/internal/kgocontact"
 	"github.com/tidemark/tidemark/pkg/source/internal/kgorec"
 )
 
@@ -18,6 +19,9 @@ type session struct {
 	id   int
 	cl   *kgo.Client
 	idle time.Duration // the client's ConnIdleTimeout
+	// contact is the coordinator's last answer to this session
+	// (Membership); a kgo hook of cl.
+	contact *kgocontact.Contact
 
 	// held is this session's unsettled records (under src.mu): handed to
 	// the runner, or copies of records the runner holds from another

@@ -48,6 +48,8 @@ type Source struct {
 	assignMu sync.Mutex
 	reported map[runner.TP]bool
 
+	joins *joins // when every session was answered (Membership)
+
 	runDone chan struct{} // closed when Run's sessions have returned
 	started bool          // under mu
 }
@@ -103,9 +105,10 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		paused:   map[runner.TP]struct{}{},
 		reported: map[runner.TP]bool{},
 		runDone:  make(chan struct{}),
+		joins:    newJoins(cfg.sessions),
 	}
 	for i := range cfg.sessions {
-		ss := &session{src: s, id: i, held: map[recKey]*kgo.Record{}, wake: make(chan struct{}, 1)}
+		ss := &session{src: s, id: i, held: map[recKey]*kgo.Record{}, wake: make(chan struct{}, 1), contact: contactOf(s.joins, i)}
 		kopts := append([]kgo.Opt{
 			kgo.WithLogger(kgoLogger{cfg.logger.With("component", "franz-go", "group", group, "session", i)}),
 		}, cfg.clientOpts...)
@@ -121,6 +124,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 			kgo.ShareMaxRecords(int32(cfg.maxPollRecords)),
 			kgo.ShareMaxRecordsStrict(),
 			kgo.ShareAckCallback(ss.onAcks),
+			kgo.WithHooks(ss.contact),
 		)
 		cl, err := kgo.NewClient(kopts...)
 		if err != nil {
@@ -173,6 +177,12 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 			return err
 		}
 	}
+	// The join report ends with the sessions, whichever way they end.
+	jctx, jcancel := context.WithCancel(ctx)
+	var jwg sync.WaitGroup
+	jwg.Go(func() { s.reportJoined(jctx, sink) })
+	defer jwg.Wait()
+	defer jcancel()
 	var wg sync.WaitGroup
 	for _, ss := range s.sessions {
 		ss.cl.AddConsumeTopics(s.topics...)
