@@ -42,7 +42,8 @@ type Runner struct {
 	state     atomic.Int32  // lifeNew, then lifeRunning (Run) or lifeStopped (Shutdown or Close first)
 	runErr    error         // set before runDone is closed
 
-	stats statsBox
+	stats  statsBox
+	member memberLog // rebalance reports, for Stats.Member
 
 	// drainTimer fires at the next drain deadline (actions.drainAt). It
 	// is the poll goroutine's own, as what follows.
