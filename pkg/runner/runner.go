@@ -43,7 +43,8 @@ type Runner struct {
 	runErr    error         // set before runDone is closed
 
 	stats  statsBox
-	opView opView // what the operator paused, for OperatorPaused
+	opView opView    // what the operator paused, for OperatorPaused
+	member memberLog // rebalance reports, for Stats.Member
 
 	// drainTimer fires at the next drain deadline (actions.drainAt). It
 	// is the poll goroutine's own, as what follows.

@@ -64,6 +64,7 @@ func (s sinkOf) call(ctx context.Context, req *sinkReq) (sinkReply, error) {
 }
 
 func (s sinkOf) Assigned(ctx context.Context, parts []Assignment) error {
+	began := time.Now()
 	var applied []Applied
 	if h := s.r.cfg.assignHook; h != nil && len(parts) > 0 {
 		var err error
@@ -72,6 +73,9 @@ func (s sinkOf) Assigned(ctx context.Context, parts []Assignment) error {
 		}
 	}
 	_, err := s.call(ctx, &sinkReq{kind: sinkAssigned, assigns: parts, applied: applied})
+	if err == nil {
+		s.r.member.record("assigned", assignedTPs(parts), assignedGeneration(parts), began, time.Now())
+	}
 	return err
 }
 
@@ -102,7 +106,11 @@ func (r *Runner) runHook(ctx context.Context, h AssignHook, as []Assignment) ([]
 }
 
 func (s sinkOf) Lost(ctx context.Context, tps []TP) error {
+	began := time.Now()
 	_, err := s.call(ctx, &sinkReq{kind: sinkLost, tps: tps})
+	if err == nil {
+		s.r.member.record("lost", tps, NoGeneration, began, time.Now())
+	}
 	return err
 }
 
@@ -112,6 +120,7 @@ func (s sinkOf) Fetched(ctx context.Context, batches []Batch) (int, error) {
 }
 
 func (s sinkOf) Revoked(ctx context.Context, tps []TP, deadline time.Time) error {
+	began := time.Now()
 	req := &sinkReq{kind: sinkRevoked, tps: tps, deadline: deadline, replyErr: make(chan error, 1)}
 	select {
 	case s.r.sinkCh <- req:
@@ -124,10 +133,12 @@ func (s sinkOf) Revoked(ctx context.Context, tps []TP, deadline time.Time) error
 	// client callback context cannot cut the final commit short.
 	select {
 	case err := <-req.replyErr:
+		s.r.member.record("revoked", tps, NoGeneration, began, time.Now())
 		return err
 	case <-s.r.loopDone:
 		select {
 		case err := <-req.replyErr: // answered before the loop stopped (see call)
+			s.r.member.record("revoked", tps, NoGeneration, began, time.Now())
 			return err
 		default:
 			return ErrStopped

@@ -700,6 +700,8 @@ type Stats struct {
 	// least size (they hold finished records behind unfinished ones too).
 	Bytes      int64
 	Partitions []PartitionStats
+	// Member is the group membership, read when Stats is called.
+	Member MemberStats
 }
 
 // PartitionStats describes one owned partition.
@@ -793,9 +795,10 @@ type statsBox struct {
 // Stats returns the latest snapshot. It is safe to call from any goroutine.
 func (r *Runner) Stats() Stats {
 	r.stats.mu.Lock()
-	defer r.stats.mu.Unlock()
 	s := r.stats.s
 	s.Partitions = append([]PartitionStats(nil), s.Partitions...)
+	r.stats.mu.Unlock()
+	s.Member = r.memberStats() // outside the lock: it calls the source
 	return s
 }
 
