@@ -25,6 +25,8 @@ type Runner interface {
 	ResumeTopics(ctx context.Context, topics ...string) error
 }
 
+var _ Runner = (*runner.Runner)(nil)
+
 // Page serves one runner's status page. It is safe for concurrent use.
 type Page struct {
 	r        Runner

@@ -79,6 +79,8 @@ func newFake() *fake {
 	}}
 }
 
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
 func get(t *testing.T, h http.Handler, path string) (*http.Response, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
