@@ -18,7 +18,7 @@ type memberSource struct {
 	info runner.MemberInfo
 }
 
-func (m *memberSource) Group() string                  { return "g1" }
+func (m *memberSource) Group() string                 { return "g1" }
 func (m *memberSource) Membership() runner.MemberInfo { return m.info }
 
 func kinds(rs []runner.Rebalance) []string {

@@ -42,6 +42,9 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 		tps = append(tps, rejoined...)
 	}
 	if len(tps) == 0 {
+		// Nothing new, or nothing at all (more members than partitions):
+		// the runner still hears that the member joined.
+		s.reportAssigned(nil)
 		return
 	}
 	// The runner starts a new assignment unpaused; drop a pause franz-go
@@ -51,10 +54,6 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 	s.hold.drop(tps)
 	s.flow.assigned(tps)
 	s.log.Info("partitions assigned", "partitions", tpStrings(tps))
-	sink, ctx := s.sinkOf()
-	if sink == nil {
-		return
-	}
 	// The generation orders this assignment against other members' (an
 	// assign hook refuses one older than the partition's lease). In the
 	// classic protocol it is the group's generation, which cannot change
@@ -78,9 +77,20 @@ func (s *Source) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 		}
 		as[i] = runner.Assignment{TP: tp, Start: start, Generation: gen, Member: member}
 	}
-	if err := sink.Assigned(ctx, as); !benign(ctx, err) {
-		s.log.Warn("runner did not take the assignment", "partitions", tpStrings(tps), "err", err)
+	s.reportAssigned(as)
+}
+
+// reportAssigned reports an assignment, possibly empty, to the runner.
+func (s *Source) reportAssigned(as []runner.Assignment) {
+	sink, ctx := s.sinkOf()
+	if sink == nil {
+		return
 	}
+	if err := sink.Assigned(ctx, as); !benign(ctx, err) {
+		s.log.Warn("runner did not take the assignment", "partitions", len(as), "err", err)
+		return
+	}
+	s.joined.reported.Store(true)
 }
 
 // rejoin handles partitions franz-go kept across a member id change: it
@@ -180,7 +190,16 @@ func (s *Source) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string]
 // runner, which cancels their handlers.
 func (s *Source) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	tps := tpsOf(lost)
+	wasJoined := s.joined.reported.Swap(false)
 	if len(tps) == 0 {
+		// The member lost its membership holding nothing: the runner
+		// learns it is no longer joined. franz-go also calls this after
+		// every failed join attempt; those it need not hear again.
+		if sink, ctx := s.sinkOf(); sink != nil && wasJoined {
+			if err := sink.Lost(ctx, nil); !benign(ctx, err) {
+				s.log.Warn("runner did not take the loss", "err", err)
+			}
+		}
 		return
 	}
 	s.own.disown(tps)

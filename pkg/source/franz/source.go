@@ -85,6 +85,9 @@ type Source struct {
 
 	hold *hold // records taken from the client, not handed over yet
 	flow *flow // Pause, Resume and what the client was told
+
+	contact contact    // the coordinator's last answer (Membership)
+	joined  joinReport // whether the runner heard of this membership
 }
 
 // ErrClosed is returned by Run after Close.
@@ -153,7 +156,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		kgo.OnPartitionsAssigned(s.onAssigned),
 		kgo.OnPartitionsRevoked(s.onRevoked),
 		kgo.OnPartitionsLost(s.onLost),
-		kgo.WithHooks(expansionHook{s}),
+		kgo.WithHooks(expansionHook{s}, contactHook{&s.contact}),
 	)
 	if cfg.instanceSet {
 		kopts = append(kopts, kgo.InstanceID(cfg.instanceID))
