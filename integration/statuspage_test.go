@@ -178,6 +178,10 @@ func TestStatusPageInChromium(t *testing.T) {
 	if !strings.Contains(dom, `<span id="joined">joined</span>`) || !strings.Contains(dom, `<table id="rebalances">`) {
 		t.Error("the page does not show the member as joined with its rebalances")
 	}
+	if m := regexp.MustCompile(`<code id="member-id">([^<]+)</code>[^<]*<b id="generation">(\d+)</b>`).FindStringSubmatch(dom); m == nil ||
+		m[1] == "(none yet)" || m[2] == "0" {
+		t.Errorf("the page shows no member id and generation: %q", m)
+	}
 
 	shot := os.Getenv("TIDEMARK_STATUSPAGE_SCREENSHOT")
 	if shot == "" {
