@@ -103,11 +103,14 @@ unit:
 # bound test runs once more without -race, whose bookkeeping inflates the
 # heap: that run checks the tight bound. SERIAL_TESTS change server
 # settings of the bed or restart it, so they run after the parallel
-# packages, alone.
+# packages, alone. scripts/statuspage provision installs the Chromium that
+# TestStatusPageInChromium opens the status page in (about 12 s of the
+# integration package's time).
 SERIAL_TESTS := ^(TestInboxSyncStandbyNeverAnswers|TestInboxCommitXIDReusedAfterCrash)$$
 integration:
 	@if [ -z "$${TIDEMARK_KAFKA_BROKERS:-}" ] && [ -f "$(BED_ENV)" ]; then . "$(BED_ENV)"; fi; \
 	set -x; \
+	scripts/statuspage provision; \
 	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -skip '$(SERIAL_TESTS)' \
 		$$($(GO) list -tags integration $(INTEGRATION_PKGS) | grep -vx '.*/integration/chaos'); \
 	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '$(SERIAL_TESTS)' ./integration/; \

@@ -2,7 +2,8 @@
 // order events keyed by customer from a Kafka topic and applies each one
 // through the PostgreSQL inbox — the order row and the customer's running
 // total in one transaction with the inbox row — so a replay changes nothing.
-// It serves /livez, /readyz, /statusz and /metrics (Prometheus), and stops
+// It serves /livez, /readyz, /statusz, the status page /tidemark (and
+// /tidemark.json) and /metrics (Prometheus), and stops
 // gracefully on SIGTERM within TIDEMARK_SHUTDOWN_BUDGET.
 //
 // Configuration (flag, or the environment variable in brackets):
@@ -21,6 +22,9 @@
 //	             KIP-932: Kafka 4.2+) [ORDERS_MODE]
 //	-share-lock  share mode: the group's acquisition lock
 //	             (share.record.lock.duration.ms; default 0: the broker's) [ORDERS_SHARE_LOCK]
+//	-controls    serve the status page's pause and resume controls (default
+//	             false): an admin surface on the -http address, which must
+//	             then be reachable by operators only [ORDERS_CONTROLS]
 //
 // In share mode -group names a share group; every process reads every
 // partition, the inbox row alone makes a redelivered order a replay (no
@@ -74,6 +78,7 @@ import (
 	"github.com/tidemark/tidemark/pkg/shutdown"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 	"github.com/tidemark/tidemark/pkg/source/share"
+	"github.com/tidemark/tidemark/pkg/status"
 )
 
 // Order is one order event, the value of a record keyed by Customer.
@@ -97,6 +102,7 @@ type config struct {
 	budget      time.Duration
 	share       bool
 	shareLock   time.Duration
+	controls    bool
 }
 
 func main() {
@@ -134,8 +140,13 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	session := fs.String("session-timeout", env("ORDERS_SESSION_TIMEOUT", "10s"), "group session timeout")
 	mode := fs.String("mode", env("ORDERS_MODE", "group"), "group (consumer group) or share (share group)")
 	shareLock := fs.String("share-lock", env("ORDERS_SHARE_LOCK", "0s"), "share mode: the group's acquisition lock (0: the broker's)")
+	controls := fs.String("controls", env("ORDERS_CONTROLS", "false"), "serve the status page's pause and resume controls (an admin surface)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	var err error
+	if c.controls, err = strconv.ParseBool(*controls); err != nil {
+		return c, fmt.Errorf("-controls / ORDERS_CONTROLS %q: want true or false", *controls)
 	}
 	switch *mode {
 	case "group":
@@ -152,7 +163,6 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 			c.brokers = append(c.brokers, b)
 		}
 	}
-	var err error
 	switch {
 	case len(c.brokers) == 0:
 		return c, errors.New("no brokers: set -brokers or TIDEMARK_KAFKA_BROKERS")
@@ -336,6 +346,7 @@ func run(cfg config, log *slog.Logger) int {
 	mux := http.NewServeMux()
 	mux.Handle("/", probes.Handler())
 	mux.Handle("GET /metrics", metricsHandler)
+	status.New(r, status.Controls(cfg.controls)).Register(mux)
 	ln, err := net.Listen("tcp", cfg.http)
 	if err != nil {
 		pool.Close()
@@ -343,7 +354,7 @@ func run(cfg config, log *slog.Logger) int {
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	log.Info("serving probes and metrics", "addr", ln.Addr().String())
+	log.Info("serving probes, the status page and metrics", "addr", ln.Addr().String(), "controls", cfg.controls)
 
 	coord, err := shutdown.NewCoordinator(r, shutdown.Budget(cfg.budget), shutdown.WithProbes(probes), shutdown.Logger(log),
 		shutdown.Close(

@@ -316,6 +316,9 @@ func (s *pollState) onBatchDone(b *batch) {
 // complete is onDone's completion of one record t of ps: the tracker
 // learns it unless it did not finish, and a fenced record is remembered.
 func (s *pollState) complete(ps *partState, t *task) {
+	if t.res != resHandled {
+		ps.countResult(t)
+	}
 	if !s.settleDone(t) && t.res != resCancelled && t.res != resFenced {
 		switch ps.p.Complete(t.epoch, t.rec.Offset) {
 		case rebalance.Advanced:
@@ -326,6 +329,7 @@ func (s *pollState) complete(ps *partState, t *task) {
 	}
 	if t.res == resFenced && !ps.closed && (ps.fencedOff < 0 || t.rec.Offset < ps.fencedOff) {
 		ps.fencedOff, ps.fencedAt, ps.fencedErr = t.rec.Offset, t.delivered, t.failure()
+		ps.fencedKey = printableKey(t.rec.Key)
 	}
 }
 

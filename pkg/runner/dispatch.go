@@ -56,6 +56,9 @@ func (s *pollState) deliver(b *Batch) {
 	if batched {
 		s.batchCheck(ps)
 	}
+	if n := len(b.Records); n > 0 && b.Records[n-1].Offset > ps.fetched {
+		ps.fetched = b.Records[n-1].Offset
+	}
 	s.setRing(ps)
 	if b.HighWatermark > ps.hwm {
 		ps.hwm = b.HighWatermark
@@ -160,6 +163,9 @@ func (s *pollState) onDone(t *task) {
 	s.totalCount--
 	s.totalBytes -= t.size
 	ps.unlink(t)
+	if t.res != resHandled {
+		ps.countResult(t)
+	}
 
 	if !s.settleDone(t) && t.res != resCancelled && t.res != resFenced {
 		switch ps.p.Complete(t.epoch, t.rec.Offset) {
@@ -173,6 +179,7 @@ func (s *pollState) onDone(t *task) {
 		// The safe offset never passes it in this assignment: remember
 		// it for the oldest-unfinished stats.
 		ps.fencedOff, ps.fencedAt, ps.fencedErr = t.rec.Offset, t.delivered, t.failure()
+		ps.fencedKey = printableKey(t.rec.Key)
 	}
 	if l := t.lane; l != nil && !ps.closed {
 		if t.res == resFenced {

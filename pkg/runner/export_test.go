@@ -156,3 +156,6 @@ func CheckLanesForTest(r *Runner) error {
 	}
 	return nil
 }
+
+// PrintableKeyForTest is the Stats' printable form of a key.
+func PrintableKeyForTest(k []byte) string { return printableKey(k) }

@@ -140,7 +140,7 @@ func (s *pollState) flushFlow() {
 		if ps.closed {
 			continue
 		}
-		want := (ps.paused || s.globalPaused || s.stopping) && !ps.revoking
+		want := (ps.paused || ps.opPaused || s.globalPaused || s.stopping) && !ps.revoking
 		if s.stopping {
 			want = true
 		}

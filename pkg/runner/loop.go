@@ -169,6 +169,8 @@ func (s *pollState) onSink(req *sinkReq) {
 		s.tel.revoke()
 		s.drains = append(s.drains, d)
 		s.checkDrains()
+	case sinkOperator:
+		s.operate(req)
 	}
 }
 
@@ -185,7 +187,7 @@ func (s *pollState) assign(a Assignment, applied Applied) (replaced bool) {
 	p := s.table.Assign(a.TP, a.Start)
 	ctx, cancel := context.WithCancel(s.handlerCtx)
 	ps := &partState{p: p, epoch: p.Epoch(), tp: a.TP, ctx: ctx, cancel: cancel, pendingPos: -1, hwm: -1, applied: applied,
-		band: -1, fencedOff: -1, tel: s.tel.partition(a.TP)}
+		band: -1, fencedOff: -1, fetched: -1, keyOff: -1, tel: s.tel.partition(a.TP)}
 	switch s.cfg.ordering {
 	case KeyOrder:
 		ps.lanes = map[uint64]*lane{}
@@ -194,7 +196,8 @@ func (s *pollState) assign(a Assignment, applied Applied) (replaced bool) {
 	}
 	ps.first = attemptCtx{Context: ctx, attempt: 1}
 	s.parts[a.TP] = ps
-	if s.globalPaused {
+	ps.opPaused = s.ops.paused(a.TP)
+	if s.globalPaused || ps.opPaused {
 		s.flowDirty = append(s.flowDirty, ps)
 	}
 	s.log.Debug("partition assigned", "partition", a.TP.String(), "epoch", uint64(ps.epoch), "start", a.Start,

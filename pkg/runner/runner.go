@@ -43,6 +43,7 @@ type Runner struct {
 	runErr    error         // set before runDone is closed
 
 	stats  statsBox
+	opView opView    // what the operator paused, for OperatorPaused
 	member memberLog // rebalance reports, for Stats.Member
 
 	// drainTimer fires at the next drain deadline (actions.drainAt). It

@@ -14,6 +14,7 @@ const (
 	sinkRevoked
 	sinkLost
 	sinkFetched
+	sinkOperator // not the source's: an operator's pause or resume (operator.go)
 )
 
 type sinkReq struct {
@@ -25,6 +26,7 @@ type sinkReq struct {
 	batches  []Batch
 	reply    chan sinkReply
 	replyErr chan error
+	op       *opCmd // sinkOperator's
 }
 
 type sinkReply struct {

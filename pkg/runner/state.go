@@ -47,6 +47,7 @@ type pollState struct {
 	bandCount    [bands]int
 	globalPaused bool
 	flowDirty    []*partState
+	ops          opState      // the operator's pauses (operator.go)
 	overhead     int64        // RecordOverhead(cfg.ordering)
 	free         []*task      // see freeTask
 	freeLanes    []*lane      // see freeLane

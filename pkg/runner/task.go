@@ -150,6 +150,7 @@ type partState struct {
 	paused       bool // paused by this partition's water marks or its window
 	windowWarned bool // paused with its window full, and logged
 	srcPaused    bool // what the source was last told
+	opPaused     bool // paused by an operator (operator.go)
 	band         int  // its budget band (flow.go), or -1
 
 	revoking bool        // dispatch stopped; waiting for the drain
@@ -158,12 +159,23 @@ type partState struct {
 
 	pendingPos int64 // a fetch position to apply once nothing is outstanding
 	hwm        int64 // the last high watermark a fetch reported
+	fetched    int64 // the highest offset delivered in this assignment, or -1
+
+	// Records of this assignment dead-lettered and fenced, for Stats.
+	deadLettered, fencedN int64
 
 	// The lowest record fenced in this assignment (-1: none): the safe
 	// offset never passes it, and no task is left for it.
 	fencedOff int64
 	fencedAt  time.Time // when it was fetched
 	fencedErr string
+	fencedKey string // its key's printable form (printableKey)
+
+	// The printable key of the oldest unfinished record at offset keyOff
+	// (-1: none yet), kept for the stats snapshot: a record stuck for long
+	// is shown every tick and its key formatted once.
+	keyOff  int64
+	keyText string
 
 	oldest, newest *task // outstanding list
 

@@ -732,6 +732,23 @@ type PartitionStats struct {
 	OldestState    RecordState
 	OldestAttempts int
 	OldestError    string
+
+	// The status page's additions. Fetched is the highest offset the
+	// source delivered to the runner in this assignment (-1: none yet).
+	// PausedBy says why the partition is paused (zero when Paused is
+	// false). OldestKey is the oldest unfinished record's key in printable
+	// form, clipped (see printableKey): "" for a nil key or no record, a
+	// Go-quoted string for a key that is not printable UTF-8. Lanes is how
+	// many of its lanes hold a record queued or running (KeyOrder: keys,
+	// PartitionOrder: at most 1, Unordered: 0). DeadLettered and Fenced
+	// count its records dead-lettered and fenced since it was assigned to
+	// this process (the metrics count over the process's life).
+	Fetched      int64
+	PausedBy     PauseCause
+	OldestKey    string
+	Lanes        int
+	DeadLettered int64
+	Fenced       int64
 }
 
 // RecordState says why an unfinished record has not finished.
@@ -794,11 +811,14 @@ func (s *pollState) snapshot(parts []PartitionStats) Stats {
 	for _, ps := range s.parts {
 		outstanding := ps.p.Tracker().Outstanding()
 		o := s.oldest(ps)
+		windowFull := ps.paused && s.cfg.window-outstanding < s.pollChunk()
 		st.Partitions = append(st.Partitions, PartitionStats{
 			TP: ps.tp, Epoch: uint64(ps.epoch), Safe: ps.p.Safe(), Acknowledged: ps.p.Acknowledged(),
 			HighWatermark: ps.hwm, Buffered: ps.count, InFlight: ps.inflight, Bytes: ps.bytes, Paused: ps.srcPaused,
-			Outstanding: outstanding, WindowFull: ps.paused && s.cfg.window-outstanding < s.pollChunk(),
+			Outstanding: outstanding, WindowFull: windowFull,
 			OldestOffset: o.offset, OldestAge: o.age, OldestState: o.state, OldestAttempts: o.attempts, OldestError: o.err,
+			Fetched: ps.fetched, PausedBy: s.pauseCause(ps, windowFull), OldestKey: s.oldestKey(ps, o),
+			Lanes: ps.lanesInUse(), DeadLettered: ps.deadLettered, Fenced: ps.fencedN,
 		})
 	}
 	return st
