@@ -2,6 +2,7 @@ package shutdown_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -37,5 +38,29 @@ func TestReviewCloserOutOfTimeIsNotExit3(t *testing.T) {
 		if code := shutdown.ExitCode(err); code != 1 {
 			t.Errorf("Stop = %v: ExitCode %d, want 1 (a closer failed; the drain and the final commit did not)", err, code)
 		}
+	})
+}
+
+// TestReviewWaitOnAClosedSignalChannel (fails): a program that asks for
+// the stop by closing its channel (the Go idiom for "stop", e.g. a test
+// or a supervisor that stops the service) makes Wait receive a nil
+// os.Signal, and Wait's log line calls sig.String() on it: a nil pointer
+// panic instead of a graceful stop. Stop's second-signal case has the same
+// call (sig.String() in its Warn).
+func TestReviewWaitOnAClosedSignalChannel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeRunner{start: time.Now()}
+		c, err := shutdown.NewCoordinator(drainer{f}, shutdown.Budget(20*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sigs := make(chan os.Signal)
+		close(sigs)
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("Wait on a closed signal channel panicked: %v", p)
+			}
+		}()
+		_ = c.Wait(context.Background(), sigs)
 	})
 }
