@@ -216,7 +216,7 @@ func (c *Coordinator) Stop(sigs <-chan os.Signal) error {
 	var errs []error
 	runnerErr := func(err error) {
 		if err != nil {
-			errs = append(errs, fmt.Errorf("shutdown: runner: %w", err))
+			errs = append(errs, &runnerError{err})
 		}
 	}
 	select {
@@ -228,8 +228,8 @@ func (c *Coordinator) Stop(sigs <-chan os.Signal) error {
 			runnerErr(err)
 		default:
 			_ = c.r.Close()
-			errs = append(errs, fmt.Errorf("shutdown: runner: still stopping at its deadline (%v after the signal), closed: %w",
-				runnerEnd.Sub(start), context.DeadlineExceeded))
+			errs = append(errs, &runnerError{fmt.Errorf("still stopping at its deadline (%v after the signal), closed: %w",
+				runnerEnd.Sub(start), context.DeadlineExceeded)})
 		}
 	case sig := <-sigs:
 		c.log.Warn("second signal: stopping at once", "signal", sig.String())
@@ -253,19 +253,33 @@ func (c *Coordinator) Stop(sigs <-chan os.Signal) error {
 	return err
 }
 
+// runnerError is the runner's part of Stop's error, kept apart from the
+// closers' so that ExitCode reads a deadline in it as records left to the
+// next owner (3) and one in a closer's error as that closer's failure (1).
+type runnerError struct{ err error }
+
+func (e *runnerError) Error() string { return "shutdown: runner: " + e.err.Error() }
+func (e *runnerError) Unwrap() error { return e.err }
+
 // ExitCode maps Wait's result to a process exit status: 0 for a clean stop,
-// 3 when the drain budget ran out or the final commit was not acknowledged
-// (records were left to the next owner, who gets them again; nothing is
-// lost), 4 when a second signal forced the stop, 1 otherwise.
+// 3 when the drain budget ran out, the final commit was not acknowledged or
+// the runner ran out of time (records were left to the next owner, who gets
+// them again; nothing is lost), 4 when a second signal forced the stop, 1
+// otherwise — a closer's failure too, even one out of time (an
+// http.Server.Shutdown returning ctx.Err()): the records' fate was settled
+// before the closers ran.
 func ExitCode(err error) int {
 	var de *runner.DrainError
 	var fce *runner.FinalCommitError
+	var re *runnerError
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, ErrForced):
 		return 4
-	case errors.As(err, &de), errors.As(err, &fce), errors.Is(err, context.DeadlineExceeded):
+	case errors.As(err, &de), errors.As(err, &fce):
+		return 3
+	case errors.As(err, &re) && errors.Is(re, context.DeadlineExceeded):
 		return 3
 	}
 	return 1
