@@ -6,7 +6,9 @@
 // down within a budget (drain, final commit, leave the group), then runs the
 // program's closers in order (HTTP servers, database pool, telemetry flush)
 // with what is left, and returns an error whose ExitCode says whether the
-// drain finished in time. A second signal stops at once.
+// drain finished in time. A second signal stops at once. Closing the
+// signal channel asks for the stop as a signal does, and is never a second
+// signal.
 //
 // Probes serves /livez, /readyz and /statusz:
 //
