@@ -40,8 +40,9 @@
 //
 // Exit status: 0 after a clean stop, 3 when the drain budget ran out (the
 // unfinished orders are left to the next owner; nothing is lost), 4 when a
-// second signal forced the stop, 1 on any other error, 2 on bad
-// configuration.
+// second signal forced the stop (the process then exits within a second,
+// whether or not its handlers have returned), 1 on any other error, 2 on
+// bad configuration.
 package main
 
 import (
@@ -393,8 +394,7 @@ func run(cfg config, log *slog.Logger) int {
 	select {
 	case sig := <-sigs:
 		log.Info("signal received: stopping", "signal", sig.String(), "budget", cfg.budget)
-		stopErr = coord.Stop(sigs)
-		<-runDone
+		stopErr = awaitRun(log, coord.Stop(sigs), runDone, sigs, forcedGrace)
 	case err := <-runDone:
 		// The runner stopped by itself (a fatal source error): close the
 		// rest and report it.
@@ -408,6 +408,34 @@ func run(cfg config, log *slog.Logger) int {
 	code := shutdown.ExitCode(stopErr)
 	log.Info("exiting", "status", code)
 	return code
+}
+
+// forcedGrace is how long the process waits for Run after a second signal:
+// enough for handlers that honour their cancelled ctx and for the client
+// to close, and the bound on "at once".
+const forcedGrace = time.Second
+
+// awaitRun waits for Run's result (runDone) after the coordinator's Stop
+// returned stopErr, and returns the stop's result. Run was stopped or
+// closed by then, but returns only once its handlers honour their
+// cancelled ctx: after a second signal (during Stop: ErrForced, or during
+// this wait) it waits at most grace, and the process exits 4 without it.
+func awaitRun(log *slog.Logger, stopErr error, runDone <-chan error, sigs <-chan os.Signal, grace time.Duration) error {
+	if !errors.Is(stopErr, shutdown.ErrForced) {
+		select {
+		case <-runDone:
+			return stopErr
+		case sig := <-sigs:
+			log.Warn("second signal: exiting at once", "signal", sig.String())
+			stopErr = errors.Join(stopErr, shutdown.ErrForced)
+		}
+	}
+	select {
+	case <-runDone:
+	case <-time.After(grace):
+		log.Warn("runner still stopping after a second signal: exiting without it", "waited", grace)
+	}
+	return stopErr
 }
 
 // newMetrics is the service's metrics pipeline: an OpenTelemetry meter

@@ -81,9 +81,11 @@ func (s *pollState) drop(ps *partState, t *task) {
 // beginStop starts a graceful stop: a drain of every partition until
 // deadline (zero: none) or, if untilCtx, until Shutdown's ctx ends
 // (shutdownEnded), then a final commit bounded by commitBy (zero:
-// CommitTimeout alone).
+// CommitTimeout alone). A stop already under way is tightened instead
+// (tightenStop).
 func (s *pollState) beginStop(deadline, commitBy time.Time, untilCtx bool) {
 	if s.stopping {
+		s.tightenStop(deadline, commitBy, untilCtx)
 		return
 	}
 	s.stopping = true
@@ -103,6 +105,34 @@ func (s *pollState) beginStop(deadline, commitBy time.Time, untilCtx bool) {
 	}
 	s.drains = append(s.drains, d)
 	s.checkDrains()
+}
+
+// tightenStop applies a second stop request (Run's ctx ended and Shutdown
+// was called: one SIGTERM can do both) to the stop under way: its drain
+// ends at the earlier of the two deadlines, its final commit is bounded by
+// the earlier commitBy, and it ends with a Shutdown's ctx if either did.
+// The rule is symmetric, so the result does not depend on which request
+// the loop saw first. A final commit already sent keeps its bound
+// (CommitTimeout); Shutdown's ctx still ends it, with Close.
+func (s *pollState) tightenStop(deadline, commitBy time.Time, untilCtx bool) {
+	for _, d := range s.drains {
+		if !d.stop {
+			continue
+		}
+		d.deadline = earlier(d.deadline, deadline)
+		d.commitBy = earlier(d.commitBy, commitBy)
+		d.untilCtx = d.untilCtx || untilCtx
+		s.log.Info("stopping: a second stop request", "deadline", d.deadline, "final_commit_by", d.commitBy)
+	}
+	s.checkDrains()
+}
+
+// earlier returns the earlier of a and b, a zero time meaning none.
+func earlier(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // checkDrains marks drains whose partitions are idle (or whose time is up)

@@ -112,7 +112,11 @@ func New(src Source, opts ...Option) (*Runner, error) {
 
 // Run consumes until ctx is done, Shutdown or Close is called, or the source
 // fails. When ctx ends, Run stops gracefully as Shutdown does, within the
-// DrainBudget. It returns nil after a clean stop, a *DrainError when handlers
+// DrainBudget. If Shutdown or ShutdownWithin is called too (one SIGTERM
+// can end a signal.NotifyContext ctx and reach a shutdown.Coordinator),
+// the two make one stop, whichever came first: the drain ends at the
+// earlier of DrainBudget after ctx ended and Shutdown's drain deadline,
+// and the final commit is bounded by Shutdown's ctx. It returns nil after a clean stop, a *DrainError when handlers
 // were still running at the end of the drain budget (everything before them
 // was committed; they will be replayed), a *FinalCommitError (possibly
 // joined with the *DrainError) when the final commit was not acknowledged
@@ -197,6 +201,14 @@ func (r *Runner) Run(ctx context.Context) error {
 // ctx.Err() if ctx ended first (then it calls Close, and Run returns a
 // *FinalCommitError unless the final commit had been acknowledged). Called
 // after Run returned, it returns what Run returned.
+//
+// A stop already under way (Run's ctx ended, or an earlier Shutdown) is
+// tightened, not ignored: the drain ends at the earlier of its deadline
+// and this call's, and the final commit gets the earlier of their ctx
+// deadlines, unless it was already sent (then it keeps CommitTimeout, and
+// the end of ctx closes the runner as above). So a DrainBudget shorter
+// than the drain Shutdown would give still ends the drain when Run's ctx
+// has ended too.
 //
 // Shutdown before Run stops the runner, as net/http's Shutdown stops a
 // Server before Serve: it returns nil, and a later Run returns ErrStopped

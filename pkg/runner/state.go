@@ -151,7 +151,7 @@ func (s *pollState) lingerFired() *actions {
 	return &s.acts
 }
 
-// stop begins a graceful stop (beginStop); a second stop changes nothing.
+// stop begins a graceful stop (beginStop); a second stop tightens it.
 func (s *pollState) stop(deadline, commitBy time.Time, untilCtx bool) *actions {
 	s.beginStop(deadline, commitBy, untilCtx)
 	return &s.acts

@@ -165,11 +165,18 @@ var ErrForced = errors.New("shutdown: stopped at once by a second signal")
 
 // Wait blocks until a signal arrives on sigs or ctx is done, then stops the
 // service as Stop does. It returns what Stop returns; use ExitCode for the
-// process's exit status.
+// process's exit status. A nil sigs leaves ctx alone to ask for the stop.
+// Closing sigs asks for it too, as a signal does (closing a channel is
+// Go's way to say "stop" to all who wait on it); a closed channel is never
+// a second signal: the stop that follows is graceful and cannot be forced.
 func (c *Coordinator) Wait(ctx context.Context, sigs <-chan os.Signal) error {
 	select {
-	case sig := <-sigs:
-		c.log.Info("signal received: stopping", "signal", sig.String(), "budget", c.budget)
+	case sig, ok := <-sigs:
+		if !ok {
+			c.log.Info("signal channel closed: stopping", "budget", c.budget)
+			return c.Stop(nil)
+		}
+		c.log.Info("signal received: stopping", "signal", signalName(sig), "budget", c.budget)
 	case <-ctx.Done():
 		c.log.Info("context done: stopping", "budget", c.budget)
 	}
@@ -183,7 +190,8 @@ func (c *Coordinator) Wait(ctx context.Context, sigs <-chan os.Signal) error {
 // runner still stopping at its deadline (one whose Shutdown does not honour
 // its ctx: a *runner.Runner does) is Closed and left behind, so the closers
 // still get their reserve. A signal on sigs (may be nil) during the
-// runner's stop calls runner.Close and returns ErrForced at once.
+// runner's stop calls runner.Close and returns ErrForced at once; sigs
+// closed, before or during the stop, is no signal (as nil).
 //
 // Stop returns nil when everything finished in time; otherwise the errors
 // joined (a *runner.DrainError names the partitions left unfinished). It
@@ -216,25 +224,34 @@ func (c *Coordinator) Stop(sigs <-chan os.Signal) error {
 	var errs []error
 	runnerErr := func(err error) {
 		if err != nil {
-			errs = append(errs, fmt.Errorf("shutdown: runner: %w", err))
+			errs = append(errs, &runnerError{err})
 		}
 	}
-	select {
-	case err := <-done:
-		runnerErr(err)
-	case <-late.C:
+wait:
+	for {
 		select {
-		case err := <-done: // returned at that instant: its answer says more
+		case err := <-done:
 			runnerErr(err)
-		default:
+			break wait
+		case <-late.C:
+			select {
+			case err := <-done: // returned at that instant: its answer says more
+				runnerErr(err)
+			default:
+				_ = c.r.Close()
+				errs = append(errs, &runnerError{fmt.Errorf("still stopping at its deadline (%v after the signal), closed: %w",
+					runnerEnd.Sub(start), context.DeadlineExceeded)})
+			}
+			break wait
+		case sig, ok := <-sigs:
+			if !ok {
+				sigs = nil // closed: no second signal can come
+				continue
+			}
+			c.log.Warn("second signal: stopping at once", "signal", signalName(sig))
 			_ = c.r.Close()
-			errs = append(errs, fmt.Errorf("shutdown: runner: still stopping at its deadline (%v after the signal), closed: %w",
-				runnerEnd.Sub(start), context.DeadlineExceeded))
+			return ErrForced
 		}
-	case sig := <-sigs:
-		c.log.Warn("second signal: stopping at once", "signal", sig.String())
-		_ = c.r.Close()
-		return ErrForced
 	}
 	c.log.Info("runner stopped", "took", time.Since(start).Round(time.Millisecond))
 	closeCtx, cancelClose := context.WithDeadline(context.Background(), end)
@@ -253,19 +270,42 @@ func (c *Coordinator) Stop(sigs <-chan os.Signal) error {
 	return err
 }
 
+// signalName is sig's name for the log; a nil os.Signal sent on the
+// channel has none.
+func signalName(sig os.Signal) string {
+	if sig == nil {
+		return "<nil>"
+	}
+	return sig.String()
+}
+
+// runnerError is the runner's part of Stop's error, kept apart from the
+// closers' so that ExitCode reads a deadline in it as records left to the
+// next owner (3) and one in a closer's error as that closer's failure (1).
+type runnerError struct{ err error }
+
+func (e *runnerError) Error() string { return "shutdown: runner: " + e.err.Error() }
+func (e *runnerError) Unwrap() error { return e.err }
+
 // ExitCode maps Wait's result to a process exit status: 0 for a clean stop,
-// 3 when the drain budget ran out or the final commit was not acknowledged
-// (records were left to the next owner, who gets them again; nothing is
-// lost), 4 when a second signal forced the stop, 1 otherwise.
+// 3 when the drain budget ran out, the final commit was not acknowledged or
+// the runner ran out of time (records were left to the next owner, who gets
+// them again; nothing is lost), 4 when a second signal forced the stop, 1
+// otherwise — a closer's failure too, even one out of time (an
+// http.Server.Shutdown returning ctx.Err()): the records' fate was settled
+// before the closers ran.
 func ExitCode(err error) int {
 	var de *runner.DrainError
 	var fce *runner.FinalCommitError
+	var re *runnerError
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, ErrForced):
 		return 4
-	case errors.As(err, &de), errors.As(err, &fce), errors.Is(err, context.DeadlineExceeded):
+	case errors.As(err, &de), errors.As(err, &fce):
+		return 3
+	case errors.As(err, &re) && errors.Is(re, context.DeadlineExceeded):
 		return 3
 	}
 	return 1

@@ -6,7 +6,9 @@
 // down within a budget (drain, final commit, leave the group), then runs the
 // program's closers in order (HTTP servers, database pool, telemetry flush)
 // with what is left, and returns an error whose ExitCode says whether the
-// drain finished in time. A second signal stops at once.
+// drain finished in time. A second signal stops at once. Closing the
+// signal channel asks for the stop as a signal does, and is never a second
+// signal.
 //
 // Probes serves /livez, /readyz and /statusz:
 //
@@ -34,4 +36,12 @@
 // it: the runner's drain gets the budget less what is reserved for the
 // final commit (and leaving the group) and for the closers — by default
 // 13s, 5s and 2s of 20s.
+//
+// Run the runner under a ctx the signal does not end (the orders example
+// uses context.Background()): the coordinator stops it. A program that
+// also ends Run's ctx on the signal (signal.NotifyContext) gets one stop
+// from both, in either order: the drain ends at the earlier of Reserve's
+// drain end and the runner's DrainBudget after the signal, and the final
+// commit keeps its reserve. Give the runner a DrainBudget at least the
+// coordinator's drain, or the DrainBudget is what ends the drain.
 package shutdown
