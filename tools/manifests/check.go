@@ -222,6 +222,15 @@ func (k *Kit) Check(sz Sizing) error {
 		if g.Path != pr.path {
 			fail(sts, "%s.%s.httpGet.path %q: want %s", cpath, pr.field, g.Path, pr.path)
 		}
+		// The service serves plain HTTP; the kubelet probes the pod's IP
+		// unless host names another address (the node's own loopback, for
+		// 127.0.0.1).
+		if g.Scheme != "" && g.Scheme != corev1.URISchemeHTTP {
+			fail(sts, "%s.%s.httpGet.scheme %s: the service serves plain HTTP, want HTTP (or unset)", cpath, pr.field, g.Scheme)
+		}
+		if g.Host != "" {
+			fail(sts, "%s.%s.httpGet.host %q: the kubelet would probe that address, not the pod; leave it unset (the pod's IP)", cpath, pr.field, g.Host)
+		}
 		p, ok := containerPort(c, g.Port)
 		switch {
 		case !ok:
