@@ -126,10 +126,31 @@ func (k *Kit) Check(sz Sizing) error {
 		if err != nil || p.Spec.Selector == nil || sel.Empty() || !sel.Matches(podLabels) {
 			fail(p, "spec.selector %s does not select the pods (spec.template.metadata.labels %s of StatefulSet %s)", metav1.FormatLabelSelector(p.Spec.Selector), podLabels, sts.Name)
 		}
+		if p.Spec.MinAvailable != nil && p.Spec.MaxUnavailable != nil {
+			fail(p, "spec.minAvailable and spec.maxUnavailable are both set: the API server refuses that (set only maxUnavailable)")
+		}
+		// A percentage is of the StatefulSet's replicas, rounded up, as
+		// the disruption controller computes it; the API server refuses
+		// one above 100%.
+		replicas := 1
+		if sts.Spec.Replicas != nil {
+			replicas = int(*sts.Spec.Replicas)
+		}
 		switch mu := p.Spec.MaxUnavailable; {
 		case mu == nil:
 			fail(p, "spec.maxUnavailable is unset: want 1 (one pod evicted at a time)")
-		case mu.Type != intstr.Int || mu.IntVal < 1:
+		case mu.Type == intstr.String:
+			n, err := intstr.GetScaledValueFromIntOrPercent(mu, replicas, true)
+			pct, _ := strconv.Atoi(strings.TrimSuffix(mu.StrVal, "%"))
+			switch {
+			case err != nil || !strings.HasSuffix(mu.StrVal, "%"):
+				fail(p, "spec.maxUnavailable %q: want a count or a percentage such as 50%%", mu.StrVal)
+			case pct > 100:
+				fail(p, "spec.maxUnavailable %q: a percentage must not be above 100%%", mu.StrVal)
+			case n < 1:
+				fail(p, "spec.maxUnavailable %s of %d replicas is %d pods: want at least 1, or no drain can evict a pod", mu.StrVal, replicas, n)
+			}
+		case mu.IntVal < 1:
 			fail(p, "spec.maxUnavailable %s: want a count of at least 1, or no drain can evict a pod", mu.String())
 		}
 	}
