@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/shutdown"
@@ -212,6 +213,37 @@ func (k *Kit) Check(sz Sizing) error {
 			httpPort = intstr.FromInt32(int32(n))
 		}
 	}
+	// Port names: the API server refuses a container port name that is
+	// not an IANA_SVC_NAME (at most 15 of [a-z0-9-], a letter among them)
+	// and a Service port name that is not a DNS label. A Service's
+	// targetPort must be a port of the container, by name or number (a
+	// missing one is the port itself), or the Service has no endpoint
+	// port for the pod.
+	for i, cp := range c.Ports {
+		if cp.Name == "" {
+			continue
+		}
+		if msgs := validation.IsValidPortName(cp.Name); len(msgs) > 0 {
+			fail(sts, "%s.ports[%d].name %q: not an IANA_SVC_NAME: %s", cpath, i, cp.Name, strings.Join(msgs, "; "))
+		}
+	}
+	for _, s := range k.Services {
+		for i, sp := range s.Spec.Ports {
+			if sp.Name != "" {
+				if msgs := validation.IsDNS1123Label(sp.Name); len(msgs) > 0 {
+					fail(s, "spec.ports[%d].name %q: not a DNS label: %s", i, sp.Name, strings.Join(msgs, "; "))
+				}
+			}
+			tp := sp.TargetPort
+			if tp.Type == intstr.Int && tp.IntVal == 0 {
+				tp = intstr.FromInt32(sp.Port)
+			}
+			if _, ok := containerPort(c, tp); !ok {
+				fail(s, "spec.ports[%d].targetPort %s: not a port of container %s of StatefulSet %s (%s)", i, tp.String(), c.Name, sts.Name, portList(c))
+			}
+		}
+	}
+
 	listenPort, ok := containerPort(c, httpPort)
 	if httpPort.IntVal != 0 && !ok {
 		fail(sts, "%s.ports: the service listens on %s (%s) and no container port is %d", cpath, httpPort.String(), envHTTP, httpPort.IntVal)

@@ -117,6 +117,18 @@ var kitMutations = []mutation{
 	{name: "container port moved", file: "statefulset.yaml", old: "{name: http, containerPort: 8080}", new: "{name: http, containerPort: 8081}",
 		wantInErrs: []string{"no container port is 8080", "prometheus.io/port] 8080: not the container port /metrics is served on"}},
 
+	{name: "port name longer than 15", file: "statefulset.yaml", old: "{name: http, containerPort: 8080}", new: "{name: http, containerPort: 8080}\n            - {name: prometheus-metrics, containerPort: 9100}",
+		wantInErrs: []string{`ports[1].name "prometheus-metrics": not an IANA_SVC_NAME`}},
+	{name: "port name not an IANA_SVC_NAME", file: "statefulset.yaml", old: "{name: http, containerPort: 8080}", new: "{name: http, containerPort: 8080}\n            - {name: Debug_Port, containerPort: 6060}",
+		wantInErrs: []string{`ports[1].name "Debug_Port": not an IANA_SVC_NAME`}},
+	{name: "service port name not a DNS label", file: "service.yaml", old: "{name: http, port: 8080", new: "{name: HTTP, port: 8080",
+		wantInErrs: []string{`Service orders: spec.ports[0].name "HTTP": not a DNS label`}},
+	{name: "service targetPort names no container port", file: "service.yaml", old: "targetPort: http", new: "targetPort: metrics",
+		wantInErrs: []string{"Service orders: spec.ports[0].targetPort metrics: not a port of container orders"}},
+	{name: "service targetPort by number", file: "service.yaml", old: "targetPort: http", new: "targetPort: 8080"},
+	{name: "service targetPort unset: the port, which is no container port", file: "service.yaml", old: "{name: http, port: 8080, targetPort: http}", new: "{name: http, port: 80}",
+		wantInErrs: []string{"spec.ports[0].targetPort 80: not a port of container orders"}},
+
 	// Scrape annotations.
 	{name: "scrape port", file: "statefulset.yaml", old: `prometheus.io/port: "8080"`, new: `prometheus.io/port: "9090"`,
 		wantInErrs: []string{"annotations[prometheus.io/port] 9090: not the container port /metrics is served on (ORDERS_HTTP 8080"}},
