@@ -2,7 +2,9 @@ package manifests
 
 import (
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"strconv"
@@ -58,6 +60,8 @@ func (s Sizing) MinGOMEMLIMIT() int64 {
 // their defaults there.
 const (
 	envBudget   = "TIDEMARK_SHUTDOWN_BUDGET"
+	envBrokers  = "TIDEMARK_KAFKA_BROKERS"
+	envDSN      = "TIDEMARK_PG_DSN"
 	envHTTP     = "ORDERS_HTTP"
 	defHTTP     = ":8080"
 	envInstance = "ORDERS_INSTANCE_ID"
@@ -162,15 +166,32 @@ func (k *Kit) Check(sz Sizing) error {
 	}
 	c := &pod.Spec.Containers[0]
 	cpath := "spec.template.spec.containers[" + c.Name + "]"
-	env := func(name string) (envValue, error) { return k.env(sts, c, name) }
+	// What the process sees: a flag in args wins over its variable, an
+	// empty variable is the example's default (examples/orders
+	// parseConfig, shutdown.BudgetFromEnv).
+	flags, err := k.ordersArgs(sts, c, cpath)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	setting := func(name string) (envValue, error) { return k.setting(sts, c, flags, name) }
+
+	// Without brokers or a database the example exits 2 at once: a crash
+	// loop.
+	for _, name := range []string{envBrokers, envDSN} {
+		if v, err := setting(name); err != nil {
+			errs = append(errs, err)
+		} else if !v.set || (v.known() && strings.Trim(v.value, ", ") == "") {
+			fail(sts, "%s %s is empty or unset (%s): examples/orders exits 2 without it (a crash loop)", cpath, name, v.src)
+		}
+	}
 
 	// The grace period covers preStop and the whole shutdown budget.
 	budget := shutdown.DefaultBudget
-	bsrc := "unset: the default"
-	if v, err := env(envBudget); err != nil {
+	v, err := setting(envBudget)
+	bsrc := v.src
+	if err != nil {
 		errs = append(errs, err)
 	} else if v.set {
-		bsrc = v.src
 		d, err := time.ParseDuration(v.value)
 		if err != nil || d <= 0 {
 			fail(sts, "%s %s=%q (%s): not a positive duration", cpath, envBudget, v.value, v.src)
@@ -196,21 +217,30 @@ func (k *Kit) Check(sz Sizing) error {
 	}
 
 	// One HTTP port serves the probes and /metrics: the one the process
-	// listens on (ORDERS_HTTP), which must be a container port.
+	// listens on (ORDERS_HTTP), which must be a container port, on every
+	// interface (the kubelet probes the pod's IP, which the manifest
+	// cannot name).
 	httpPort := intstr.FromString("")
-	if v, err := env(envHTTP); err != nil {
+	hsrc := envHTTP
+	if v, err := setting(envHTTP); err != nil {
 		errs = append(errs, err)
 	} else {
 		addr := defHTTP
 		if v.set {
-			addr = v.value
+			addr, hsrc = v.value, v.src
 		}
-		_, p, err := net.SplitHostPort(addr)
+		h, p, err := net.SplitHostPort(addr)
 		n, perr := strconv.Atoi(p)
-		if err != nil || perr != nil {
-			fail(sts, "%s %s=%q: not host:port", cpath, envHTTP, addr)
-		} else {
+		switch {
+		case !v.known() && v.set:
+			fail(sts, "%s %s (%s): the check cannot read the address", cpath, envHTTP, v.src)
+		case err != nil || perr != nil:
+			fail(sts, "%s %s=%q (%s): not host:port with a port number", cpath, envHTTP, addr, hsrc)
+		default:
 			httpPort = intstr.FromInt32(int32(n))
+			if ip := net.ParseIP(h); h != "" && (ip == nil || !ip.IsUnspecified()) {
+				fail(sts, "%s %s=%q (%s): the kubelet probes the pod's IP, and a scrape comes from outside; listen on every interface (:%s)", cpath, envHTTP, addr, hsrc, p)
+			}
 		}
 	}
 	// Port names: the API server refuses a container port name that is
@@ -246,7 +276,7 @@ func (k *Kit) Check(sz Sizing) error {
 
 	listenPort, ok := containerPort(c, httpPort)
 	if httpPort.IntVal != 0 && !ok {
-		fail(sts, "%s.ports: the service listens on %s (%s) and no container port is %d", cpath, httpPort.String(), envHTTP, httpPort.IntVal)
+		fail(sts, "%s.ports: the service listens on %s (%s) and no container port is %d", cpath, httpPort.String(), hsrc, httpPort.IntVal)
 	}
 	// The startup probe, optional, holds the liveness probe off until the
 	// process serves: /livez answers 200 from then until the poll loop
@@ -289,7 +319,7 @@ func (k *Kit) Check(sz Sizing) error {
 		case !ok:
 			fail(sts, "%s.%s.httpGet.port %s is not a port of the container (%s)", cpath, pr.field, g.Port.String(), portList(c))
 		case ok && listenPort != 0 && p != listenPort:
-			fail(sts, "%s.%s.httpGet.port %s is container port %d; the probes are served on %d (%s)", cpath, pr.field, g.Port.String(), p, listenPort, envHTTP)
+			fail(sts, "%s.%s.httpGet.port %s is container port %d; the probes are served on %d (%s)", cpath, pr.field, g.Port.String(), p, listenPort, hsrc)
 		}
 	}
 
@@ -312,7 +342,7 @@ func (k *Kit) Check(sz Sizing) error {
 	if !hasLimit {
 		fail(sts, "%s.resources.limits.memory is unset", cpath)
 	}
-	if v, err := env(envMemLimit); err != nil {
+	if v, err := k.env(sts, c, envMemLimit); err != nil {
 		errs = append(errs, err)
 	} else if !v.set {
 		fail(sts, "%s.env[%s] is unset: the Go runtime would not know the memory limit", cpath, envMemLimit)
@@ -334,18 +364,18 @@ func (k *Kit) Check(sz Sizing) error {
 
 	// Static membership by pod name, with a session timeout that covers a
 	// pod's replacement.
-	if v, err := env(envInstance); err != nil {
+	if v, err := setting(envInstance); err != nil {
 		errs = append(errs, err)
 	} else if v.set {
 		if v.fieldRef != "metadata.name" {
 			fail(sts, "%s.env[%s] (%s): want valueFrom.fieldRef metadata.name, one id per pod; a shared id makes the broker fence all but one pod", cpath, envInstance, v.src)
 		}
 		session := defSession
-		ssrc := "unset: the example's default"
-		if sv, err := env(envSession); err != nil {
+		sv, err := setting(envSession)
+		ssrc := sv.src
+		if err != nil {
 			errs = append(errs, err)
 		} else if sv.set {
-			ssrc = sv.src
 			if session, err = time.ParseDuration(sv.value); err != nil {
 				fail(sts, "%s %s=%q (%s): not a duration", cpath, envSession, sv.value, sv.src)
 			}
@@ -396,7 +426,88 @@ type envValue struct {
 	set      bool
 	value    string // known value
 	fieldRef string // from valueFrom.fieldRef: its path (value unknown)
+	secret   bool   // from a Secret (value unknown)
 	src      string // where it is set, for messages
+}
+
+// known reports whether the value is in the kit (not a Secret's or the
+// pod's field).
+func (v envValue) known() bool { return v.set && v.fieldRef == "" && !v.secret }
+
+// OrdersFlags are examples/orders' flags (parseConfig), each with the
+// variable that gives its default. TestOrdersFlagsAreMains checks them
+// against examples/orders/main.go.
+var OrdersFlags = map[string]string{
+	"brokers":         envBrokers,
+	"dsn":             envDSN,
+	"group":           "ORDERS_GROUP",
+	"topic":           "ORDERS_TOPIC",
+	"dlq":             "ORDERS_DLQ",
+	"http":            envHTTP,
+	"concurrency":     "ORDERS_CONCURRENCY",
+	"instance-id":     envInstance,
+	"delay":           "ORDERS_DELAY",
+	"session-timeout": envSession,
+	"mode":            "ORDERS_MODE",
+	"share-lock":      "ORDERS_SHARE_LOCK",
+}
+
+// ordersArgs parses the container's args as examples/orders does (the
+// flag package: flags before the first other argument), variable → the
+// flag's value. It refuses what it cannot read the way the process would:
+// a command (another entrypoint than the image's), a $(VAR) reference
+// (the kubelet expands it), an argument that is not a flag (the example
+// ignores it and every argument after it) and a flag the example does not
+// have (it exits 2).
+func (k *Kit) ordersArgs(sts *appsv1.StatefulSet, c *corev1.Container, cpath string) (map[string]string, error) {
+	where := k.where(sts) + ": " + cpath
+	if len(c.Command) > 0 {
+		return nil, fmt.Errorf("%s.command %q: the check reads the arguments of the image's entrypoint (examples/orders) only; leave command unset", where, c.Command)
+	}
+	for _, a := range c.Args {
+		if strings.Contains(a, "$(") {
+			return nil, fmt.Errorf("%s.args %q: the kubelet expands $(VAR) in %q, which the check cannot follow; set the variable instead", where, c.Args, a)
+		}
+	}
+	fs := flag.NewFlagSet("orders", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	vals := map[string]*string{}
+	for name := range OrdersFlags {
+		vals[name] = fs.String(name, "", "")
+	}
+	if err := fs.Parse(c.Args); err != nil {
+		return nil, fmt.Errorf("%s.args %q: %v: examples/orders would exit 2", where, c.Args, err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%s.args %q: %q is not a flag: examples/orders ignores it and every argument after it", where, c.Args, fs.Arg(0))
+	}
+	out := map[string]string{}
+	fs.Visit(func(f *flag.Flag) { out[OrdersFlags[f.Name]] = *vals[f.Name] })
+	return out, nil
+}
+
+// setting is the example's setting whose variable is name as the process
+// sees it: the flag when args give it (but an empty -dsn, which falls back
+// to the variable), else the variable when set and not empty, else unset
+// (the example's default).
+func (k *Kit) setting(sts *appsv1.StatefulSet, c *corev1.Container, flags map[string]string, name string) (envValue, error) {
+	if fv, ok := flags[name]; ok && (name != envDSN || fv != "") {
+		for f, e := range OrdersFlags {
+			if e == name {
+				return envValue{set: true, value: fv, src: fmt.Sprintf("%s args -%s", k.where(sts), f)}, nil
+			}
+		}
+	}
+	v, err := k.env(sts, c, name)
+	switch {
+	case err != nil:
+		return v, err
+	case !v.set:
+		v.src = "unset: the default"
+	case v.known() && v.value == "":
+		v = envValue{src: v.src + " empty: the default"}
+	}
+	return v, nil
 }
 
 // env resolves a variable of container c as the kubelet would: env
@@ -447,7 +558,7 @@ func (k *Kit) env(sts *appsv1.StatefulSet, c *corev1.Container, name string) (en
 			v = envValue{set: true, value: val, src: src + " resourceFieldRef " + vf.ResourceFieldRef.Resource}
 		default:
 			// A secret: set, value unknown here.
-			v = envValue{set: true, src: src + " (secret)"}
+			v = envValue{set: true, secret: true, src: src + " (secret)"}
 		}
 	}
 	return v, nil

@@ -1,8 +1,13 @@
 package manifests_test
 
 import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -113,7 +118,55 @@ var kitMutations = []mutation{
 		wantInErrs: []string{`livenessProbe.httpGet.host "127.0.0.1"`}},
 	{name: "probe scheme HTTP spelt out", file: "statefulset.yaml", old: "httpGet: {path: /readyz, port: http}", new: "httpGet: {path: /readyz, port: http, scheme: HTTP}"},
 	{name: "service listens elsewhere", file: "configmap.yaml", old: `ORDERS_HTTP: ":8080"`, new: `ORDERS_HTTP: ":9090"`,
-		wantInErrs: []string{"the service listens on 9090 (ORDERS_HTTP) and no container port is 9090"}},
+		wantInErrs: []string{"the service listens on 9090 (configmap.yaml: ConfigMap orders data.ORDERS_HTTP) and no container port is 9090"}},
+	{name: "service listens on loopback only", file: "configmap.yaml", old: `ORDERS_HTTP: ":8080"`, new: `ORDERS_HTTP: "127.0.0.1:8080"`,
+		wantInErrs: []string{`ORDERS_HTTP="127.0.0.1:8080" (configmap.yaml: ConfigMap orders data.ORDERS_HTTP): the kubelet probes the pod's IP`}},
+	{name: "service listens on the IPv6 loopback", file: "configmap.yaml", old: `ORDERS_HTTP: ":8080"`, new: `ORDERS_HTTP: "[::1]:8080"`,
+		wantInErrs: []string{`ORDERS_HTTP="[::1]:8080"`, "listen on every interface (:8080)"}},
+	{name: "service listens on a host name", file: "configmap.yaml", old: `ORDERS_HTTP: ":8080"`, new: `ORDERS_HTTP: "orders:8080"`,
+		wantInErrs: []string{`ORDERS_HTTP="orders:8080"`}},
+	{name: "service listens on 0.0.0.0", file: "configmap.yaml", old: `ORDERS_HTTP: ":8080"`, new: `ORDERS_HTTP: "0.0.0.0:8080"`},
+	{name: "service listens on [::]", file: "configmap.yaml", old: `ORDERS_HTTP: ":8080"`, new: `ORDERS_HTTP: "[::]:8080"`},
+	{name: "ORDERS_HTTP empty: the default :8080", file: "configmap.yaml", old: `ORDERS_HTTP: ":8080"`, new: `ORDERS_HTTP: ""`},
+	{name: "budget empty: the default", file: "configmap.yaml", old: `TIDEMARK_SHUTDOWN_BUDGET: "20s"`, new: `TIDEMARK_SHUTDOWN_BUDGET: ""`},
+	{name: "budget empty and grace short", file: "statefulset.yaml", old: "terminationGracePeriodSeconds: 25", new: "terminationGracePeriodSeconds: 22",
+		file2: "configmap.yaml", old2: `TIDEMARK_SHUTDOWN_BUDGET: "20s"`, new2: `TIDEMARK_SHUTDOWN_BUDGET: ""`,
+		wantInErrs: []string{"TIDEMARK_SHUTDOWN_BUDGET 20s (configmap.yaml: ConfigMap orders data.TIDEMARK_SHUTDOWN_BUDGET empty: the default)"}},
+	{name: "session empty: the example's 10s", file: "configmap.yaml", old: `ORDERS_SESSION_TIMEOUT: "45s"`, new: `ORDERS_SESSION_TIMEOUT: ""`,
+		wantInErrs: []string{"ORDERS_SESSION_TIMEOUT 10s (configmap.yaml: ConfigMap orders data.ORDERS_SESSION_TIMEOUT empty: the default) < 30s"}},
+
+	// Flags in args win over their variables (examples/orders
+	// parseConfig).
+	{name: "args override ORDERS_HTTP", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-http\", \":9090\"]\n",
+		wantInErrs: []string{"the service listens on 9090 (statefulset.yaml: StatefulSet orders args -http) and no container port is 9090"}},
+	{name: "args override ORDERS_HTTP, -flag=value", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"--http=127.0.0.1:8080\"]\n",
+		wantInErrs: []string{`ORDERS_HTTP="127.0.0.1:8080" (statefulset.yaml: StatefulSet orders args -http)`}},
+	{name: "args override the session timeout", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-session-timeout\", \"10s\"]\n",
+		wantInErrs: []string{"ORDERS_SESSION_TIMEOUT 10s (statefulset.yaml: StatefulSet orders args -session-timeout) < 30s"}},
+	{name: "args give a shared instance id", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-instance-id\", \"orders\"]\n",
+		wantInErrs: []string{"env[ORDERS_INSTANCE_ID] (statefulset.yaml: StatefulSet orders args -instance-id): want valueFrom.fieldRef metadata.name"}},
+	{name: "args that agree", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-http\", \":8080\", \"-session-timeout=45s\", \"-concurrency\", \"32\"]\n"},
+	{name: "args: empty -dsn falls back to the variable", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-dsn\", \"\"]\n"},
+	{name: "args: empty -brokers wins over the variable", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-brokers\", \"\"]\n",
+		wantInErrs: []string{"TIDEMARK_KAFKA_BROKERS is empty or unset (statefulset.yaml: StatefulSet orders args -brokers): examples/orders exits 2 without it"}},
+	{name: "args: a flag the example lacks", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-port\", \"9090\"]\n",
+		wantInErrs: []string{"args [\"-port\" \"9090\"]: flag provided but not defined: -port: examples/orders would exit 2"}},
+	{name: "args: not a flag, the rest ignored", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"orders\", \"-http\", \":9090\"]\n",
+		wantInErrs: []string{`"orders" is not a flag: examples/orders ignores it and every argument after it`}},
+	{name: "args: a $(VAR) reference", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-http\", \"$(POD_IP):8080\"]\n",
+		wantInErrs: []string{"the kubelet expands $(VAR)"}},
+	{name: "command set", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          command: [/bin/sh, -c, \"exec orders\"]\n",
+		wantInErrs: []string{"command [\"/bin/sh\" \"-c\" \"exec orders\"]: the check reads the arguments of the image's entrypoint"}},
+
+	// Without brokers or a database the example exits 2.
+	{name: "database variable removed", file: "statefulset.yaml", old: "            - name: TIDEMARK_PG_DSN\n              valueFrom: {secretKeyRef: {name: orders-db, key: dsn}}\n", new: "",
+		wantInErrs: []string{"TIDEMARK_PG_DSN is empty or unset (unset: the default): examples/orders exits 2 without it"}},
+	{name: "brokers variable removed", file: "configmap.yaml", old: "  TIDEMARK_KAFKA_BROKERS: \"kafka:9092\"\n", new: "",
+		wantInErrs: []string{"TIDEMARK_KAFKA_BROKERS is empty or unset (unset: the default): examples/orders exits 2 without it"}},
+	{name: "brokers only commas", file: "configmap.yaml", old: `TIDEMARK_KAFKA_BROKERS: "kafka:9092"`, new: `TIDEMARK_KAFKA_BROKERS: " , "`,
+		wantInErrs: []string{"TIDEMARK_KAFKA_BROKERS is empty or unset (configmap.yaml: ConfigMap orders data.TIDEMARK_KAFKA_BROKERS): examples/orders exits 2"}},
+	{name: "database from args", file: "statefulset.yaml", old: "            - name: TIDEMARK_PG_DSN\n              valueFrom: {secretKeyRef: {name: orders-db, key: dsn}}\n", new: "",
+		file2: "statefulset.yaml", old2: "          image: tidemark-orders:latest\n", new2: "          image: tidemark-orders:latest\n          args: [\"-dsn\", \"postgres://db/orders\"]\n"},
 	{name: "container port moved", file: "statefulset.yaml", old: "{name: http, containerPort: 8080}", new: "{name: http, containerPort: 8081}",
 		wantInErrs: []string{"no container port is 8080", "prometheus.io/port] 8080: not the container port /metrics is served on"}},
 
@@ -234,4 +287,61 @@ func edit(t *testing.T, b []byte, old, new string) []byte {
 		t.Fatalf("the mutation's text %q occurs %d times, want once", old, n)
 	}
 	return []byte(strings.Replace(string(b), old, new, 1))
+}
+
+// TestOrdersFlagsAreMains: the check's table of the example's flags is
+// the one examples/orders/main.go registers in parseConfig, each flag
+// with the variable its default comes from (dsn's default is "", the
+// variable read after parsing, so that usage does not print the password).
+func TestOrdersFlagsAreMains(t *testing.T) {
+	const main = "../../examples/orders/main.go"
+	f, err := parser.ParseFile(token.NewFileSet(), main, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		sel, ok := call.Fun.(*ast.SelectorExpr)
+		if !ok || fmt.Sprint(sel.X) != "fs" {
+			return true
+		}
+		args := call.Args
+		switch sel.Sel.Name {
+		case "StringVar", "IntVar", "DurationVar", "BoolVar":
+			args = args[1:]
+		case "String", "Int", "Duration", "Bool":
+		default:
+			return true
+		}
+		name, err := strconv.Unquote(args[0].(*ast.BasicLit).Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[name] = ""
+		if d, ok := args[1].(*ast.CallExpr); ok && fmt.Sprint(d.Fun) == "env" {
+			got[name], _ = strconv.Unquote(d.Args[0].(*ast.BasicLit).Value)
+		}
+		if sel.Sel.Name == "Bool" || sel.Sel.Name == "BoolVar" {
+			t.Errorf("%s: -%s is a boolean flag, which manifests.OrdersFlags parses as one taking a value", main, name)
+		}
+		return true
+	})
+	if len(got) == 0 {
+		t.Fatalf("%s: no fs.String/fs.StringVar flags found", main)
+	}
+	got["dsn"] = "TIDEMARK_PG_DSN" // read after parsing: c.dsn = env("TIDEMARK_PG_DSN", "")
+	for name, env := range got {
+		if manifests.OrdersFlags[name] != env {
+			t.Errorf("%s: -%s [%s]; manifests.OrdersFlags has [%s]", main, name, env, manifests.OrdersFlags[name])
+		}
+	}
+	for name := range manifests.OrdersFlags {
+		if _, ok := got[name]; !ok {
+			t.Errorf("manifests.OrdersFlags has -%s, which %s does not register", name, main)
+		}
+	}
 }
