@@ -206,7 +206,7 @@ func (c *Compose) CheckOrders(svc string) error {
 	if err != nil {
 		fail("environment.%s %q: not host:port", envHTTP, httpAddr)
 	}
-	if !hostNet && (lh == "127.0.0.1" || lh == "localhost") {
+	if !hostNet && isLoopback(lh) {
 		fail("environment.%s %q: the container's loopback cannot be reached through a published port; listen on :%s", envHTTP, httpAddr, lp)
 	}
 	for _, p := range o.Ports {

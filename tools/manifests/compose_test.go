@@ -65,6 +65,10 @@ var composeMutations = []struct {
 		[]string{"listener COMPOSE has no security protocol", "Kafka refuses to start"}},
 	{"COMPOSE listener over TLS", "COMPOSE:PLAINTEXT", "COMPOSE:SSL",
 		[]string{"listener COMPOSE is SSL", "the example connects in PLAINTEXT"}},
+	{"listening on the IPv6 loopback", `ORDERS_HTTP: ":8080"`, `ORDERS_HTTP: "[::1]:8080"`,
+		[]string{`environment.ORDERS_HTTP "[::1]:8080"`}},
+	{"listening on 127.0.0.2", `ORDERS_HTTP: ":8080"`, `ORDERS_HTTP: "127.0.0.2:8080"`,
+		[]string{`environment.ORDERS_HTTP "127.0.0.2:8080"`}},
 	{"published port elsewhere", `:8080"` + "\n    environment:", `:9090"` + "\n    environment:",
 		[]string{"the container port is not 8080"}},
 }
