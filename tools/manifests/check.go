@@ -78,6 +78,16 @@ const (
 // is reachable here.
 const MinStaticSession = 30 * time.Second
 
+// StopMargin is the least time the check asks the grace period (or
+// Compose's stop_grace_period) to leave after preStop and the shutdown
+// budget (docs/operations.md, Shutdown: "with a margin on top"): the
+// budget ends when the coordinator's Stop returns, and the process then
+// waits for the runner's Run to return and exits, at once after a clean
+// stop, but after a runner that ran out of time as long as its handlers
+// take to honour their cancelled ctx and the client to close. An
+// allowance, not a measurement.
+const StopMargin = 2 * time.Second
+
 // defaultGrace is Kubernetes' terminationGracePeriodSeconds when unset.
 const defaultGrace = 30
 
@@ -211,9 +221,9 @@ func (k *Kit) Check(sz Sizing) error {
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
 		grace = *g
 	}
-	if time.Duration(grace)*time.Second < preStop+budget {
-		fail(sts, "spec.template.spec.terminationGracePeriodSeconds %d < %s.lifecycle.preStop %s + %s %s (%s): the kubelet would kill the process before its stop ends",
-			grace, cpath, preStop, envBudget, budget, bsrc)
+	if time.Duration(grace)*time.Second < preStop+budget+StopMargin {
+		fail(sts, "spec.template.spec.terminationGracePeriodSeconds %d < %s.lifecycle.preStop %s + %s %s (%s) + %s margin: the kubelet would kill the process before its stop ends",
+			grace, cpath, preStop, envBudget, budget, bsrc, StopMargin)
 	}
 
 	// One HTTP port serves the probes and /metrics: the one the process

@@ -192,8 +192,8 @@ func (c *Compose) CheckOrders(svc string) error {
 		}
 		grace = d
 	}
-	if grace < budget {
-		fail("stop_grace_period %s < %s %s: Compose would kill the process (SIGKILL) before its stop ends", grace, envBudget, budget)
+	if grace < budget+StopMargin {
+		fail("stop_grace_period %s < %s %s + %s margin: Compose would kill the process (SIGKILL) before its stop ends", grace, envBudget, budget, StopMargin)
 	}
 
 	// The probes and /metrics: a published port must be the one the

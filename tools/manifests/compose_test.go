@@ -53,6 +53,8 @@ var composeMutations = []struct {
 		[]string{"depends_on.kafka: want condition service_healthy"}},
 	{"stop grace short", "stop_grace_period: 25s", "stop_grace_period: 15s",
 		[]string{"stop_grace_period 15s < TIDEMARK_SHUTDOWN_BUDGET 20s"}},
+	{"stop grace without the margin", "stop_grace_period: 25s", "stop_grace_period: 21s",
+		[]string{"stop_grace_period 21s < TIDEMARK_SHUTDOWN_BUDGET 20s + 2s margin"}},
 	{"stop grace default", "    stop_grace_period: 25s\n", "",
 		[]string{"stop_grace_period 10s < TIDEMARK_SHUTDOWN_BUDGET 20s"}},
 	{"listening on the container's loopback", `ORDERS_HTTP: ":8080"`, `ORDERS_HTTP: "127.0.0.1:8080"`,

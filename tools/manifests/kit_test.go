@@ -78,6 +78,8 @@ var kitMutations = []mutation{
 	// Grace period ≥ preStop + shutdown budget.
 	{name: "grace period short", file: "statefulset.yaml", old: "terminationGracePeriodSeconds: 25", new: "terminationGracePeriodSeconds: 22",
 		wantInErrs: []string{"terminationGracePeriodSeconds 22", "preStop 3s", "TIDEMARK_SHUTDOWN_BUDGET 20s", "configmap.yaml"}},
+	{name: "grace period with no margin", file: "statefulset.yaml", old: "terminationGracePeriodSeconds: 25", new: "terminationGracePeriodSeconds: 24",
+		wantInErrs: []string{"terminationGracePeriodSeconds 24", "preStop 3s + TIDEMARK_SHUTDOWN_BUDGET 20s (configmap.yaml: ConfigMap orders data.TIDEMARK_SHUTDOWN_BUDGET) + 2s margin"}},
 	{name: "budget grown", file: "configmap.yaml", old: `TIDEMARK_SHUTDOWN_BUDGET: "20s"`, new: `TIDEMARK_SHUTDOWN_BUDGET: "30s"`,
 		wantInErrs: []string{"terminationGracePeriodSeconds 25", "TIDEMARK_SHUTDOWN_BUDGET 30s"}},
 	{name: "budget unset: the default", file: "configmap.yaml", old: `  TIDEMARK_SHUTDOWN_BUDGET: "20s"`, new: ``}, // 25 ≥ 3 + 20 still holds with the default; the shorter grace
