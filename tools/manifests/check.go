@@ -2,7 +2,9 @@ package manifests
 
 import (
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"strconv"
@@ -15,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/shutdown"
@@ -57,6 +60,8 @@ func (s Sizing) MinGOMEMLIMIT() int64 {
 // their defaults there.
 const (
 	envBudget   = "TIDEMARK_SHUTDOWN_BUDGET"
+	envBrokers  = "TIDEMARK_KAFKA_BROKERS"
+	envDSN      = "TIDEMARK_PG_DSN"
 	envHTTP     = "ORDERS_HTTP"
 	defHTTP     = ":8080"
 	envInstance = "ORDERS_INSTANCE_ID"
@@ -72,6 +77,16 @@ const (
 // an estimate for a node that has the image, not a measurement: no cluster
 // is reachable here.
 const MinStaticSession = 30 * time.Second
+
+// StopMargin is the least time the check asks the grace period (or
+// Compose's stop_grace_period) to leave after preStop and the shutdown
+// budget (docs/operations.md, Shutdown: "with a margin on top"): the
+// budget ends when the coordinator's Stop returns, and the process then
+// waits for the runner's Run to return and exits, at once after a clean
+// stop, but after a runner that ran out of time as long as its handlers
+// take to honour their cancelled ctx and the client to close. An
+// allowance, not a measurement.
+const StopMargin = 2 * time.Second
 
 // defaultGrace is Kubernetes' terminationGracePeriodSeconds when unset.
 const defaultGrace = 30
@@ -126,10 +141,31 @@ func (k *Kit) Check(sz Sizing) error {
 		if err != nil || p.Spec.Selector == nil || sel.Empty() || !sel.Matches(podLabels) {
 			fail(p, "spec.selector %s does not select the pods (spec.template.metadata.labels %s of StatefulSet %s)", metav1.FormatLabelSelector(p.Spec.Selector), podLabels, sts.Name)
 		}
+		if p.Spec.MinAvailable != nil && p.Spec.MaxUnavailable != nil {
+			fail(p, "spec.minAvailable and spec.maxUnavailable are both set: the API server refuses that (set only maxUnavailable)")
+		}
+		// A percentage is of the StatefulSet's replicas, rounded up, as
+		// the disruption controller computes it; the API server refuses
+		// one above 100%.
+		replicas := 1
+		if sts.Spec.Replicas != nil {
+			replicas = int(*sts.Spec.Replicas)
+		}
 		switch mu := p.Spec.MaxUnavailable; {
 		case mu == nil:
 			fail(p, "spec.maxUnavailable is unset: want 1 (one pod evicted at a time)")
-		case mu.Type != intstr.Int || mu.IntVal < 1:
+		case mu.Type == intstr.String:
+			n, err := intstr.GetScaledValueFromIntOrPercent(mu, replicas, true)
+			pct, _ := strconv.Atoi(strings.TrimSuffix(mu.StrVal, "%"))
+			switch {
+			case err != nil || !strings.HasSuffix(mu.StrVal, "%"):
+				fail(p, "spec.maxUnavailable %q: want a count or a percentage such as 50%%", mu.StrVal)
+			case pct > 100:
+				fail(p, "spec.maxUnavailable %q: a percentage must not be above 100%%", mu.StrVal)
+			case n < 1:
+				fail(p, "spec.maxUnavailable %s of %d replicas is %d pods: want at least 1, or no drain can evict a pod", mu.StrVal, replicas, n)
+			}
+		case mu.IntVal < 1:
 			fail(p, "spec.maxUnavailable %s: want a count of at least 1, or no drain can evict a pod", mu.String())
 		}
 	}
@@ -140,15 +176,32 @@ func (k *Kit) Check(sz Sizing) error {
 	}
 	c := &pod.Spec.Containers[0]
 	cpath := "spec.template.spec.containers[" + c.Name + "]"
-	env := func(name string) (envValue, error) { return k.env(sts, c, name) }
+	// What the process sees: a flag in args wins over its variable, an
+	// empty variable is the example's default (examples/orders
+	// parseConfig, shutdown.BudgetFromEnv).
+	flags, err := k.ordersArgs(sts, c, cpath)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	setting := func(name string) (envValue, error) { return k.setting(sts, c, flags, name) }
+
+	// Without brokers or a database the example exits 2 at once: a crash
+	// loop.
+	for _, name := range []string{envBrokers, envDSN} {
+		if v, err := setting(name); err != nil {
+			errs = append(errs, err)
+		} else if !v.set || (v.known() && strings.Trim(v.value, ", ") == "") {
+			fail(sts, "%s %s is empty or unset (%s): examples/orders exits 2 without it (a crash loop)", cpath, name, v.src)
+		}
+	}
 
 	// The grace period covers preStop and the whole shutdown budget.
 	budget := shutdown.DefaultBudget
-	bsrc := "unset: the default"
-	if v, err := env(envBudget); err != nil {
+	v, err := setting(envBudget)
+	bsrc := v.src
+	if err != nil {
 		errs = append(errs, err)
 	} else if v.set {
-		bsrc = v.src
 		d, err := time.ParseDuration(v.value)
 		if err != nil || d <= 0 {
 			fail(sts, "%s %s=%q (%s): not a positive duration", cpath, envBudget, v.value, v.src)
@@ -168,32 +221,72 @@ func (k *Kit) Check(sz Sizing) error {
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
 		grace = *g
 	}
-	if time.Duration(grace)*time.Second < preStop+budget {
-		fail(sts, "spec.template.spec.terminationGracePeriodSeconds %d < %s.lifecycle.preStop %s + %s %s (%s): the kubelet would kill the process before its stop ends",
-			grace, cpath, preStop, envBudget, budget, bsrc)
+	if time.Duration(grace)*time.Second < preStop+budget+StopMargin {
+		fail(sts, "spec.template.spec.terminationGracePeriodSeconds %d < %s.lifecycle.preStop %s + %s %s (%s) + %s margin: the kubelet would kill the process before its stop ends",
+			grace, cpath, preStop, envBudget, budget, bsrc, StopMargin)
 	}
 
 	// One HTTP port serves the probes and /metrics: the one the process
-	// listens on (ORDERS_HTTP), which must be a container port.
+	// listens on (ORDERS_HTTP), which must be a container port, on every
+	// interface (the kubelet probes the pod's IP, which the manifest
+	// cannot name).
 	httpPort := intstr.FromString("")
-	if v, err := env(envHTTP); err != nil {
+	hsrc := envHTTP
+	if v, err := setting(envHTTP); err != nil {
 		errs = append(errs, err)
 	} else {
 		addr := defHTTP
 		if v.set {
-			addr = v.value
+			addr, hsrc = v.value, v.src
 		}
-		_, p, err := net.SplitHostPort(addr)
+		h, p, err := net.SplitHostPort(addr)
 		n, perr := strconv.Atoi(p)
-		if err != nil || perr != nil {
-			fail(sts, "%s %s=%q: not host:port", cpath, envHTTP, addr)
-		} else {
+		switch {
+		case !v.known() && v.set:
+			fail(sts, "%s %s (%s): the check cannot read the address", cpath, envHTTP, v.src)
+		case err != nil || perr != nil:
+			fail(sts, "%s %s=%q (%s): not host:port with a port number", cpath, envHTTP, addr, hsrc)
+		default:
 			httpPort = intstr.FromInt32(int32(n))
+			if ip := net.ParseIP(h); h != "" && (ip == nil || !ip.IsUnspecified()) {
+				fail(sts, "%s %s=%q (%s): the kubelet probes the pod's IP, and a scrape comes from outside; listen on every interface (:%s)", cpath, envHTTP, addr, hsrc, p)
+			}
 		}
 	}
+	// Port names: the API server refuses a container port name that is
+	// not an IANA_SVC_NAME (at most 15 of [a-z0-9-], a letter among them)
+	// and a Service port name that is not a DNS label. A Service's
+	// targetPort must be a port of the container, by name or number (a
+	// missing one is the port itself), or the Service has no endpoint
+	// port for the pod.
+	for i, cp := range c.Ports {
+		if cp.Name == "" {
+			continue
+		}
+		if msgs := validation.IsValidPortName(cp.Name); len(msgs) > 0 {
+			fail(sts, "%s.ports[%d].name %q: not an IANA_SVC_NAME: %s", cpath, i, cp.Name, strings.Join(msgs, "; "))
+		}
+	}
+	for _, s := range k.Services {
+		for i, sp := range s.Spec.Ports {
+			if sp.Name != "" {
+				if msgs := validation.IsDNS1123Label(sp.Name); len(msgs) > 0 {
+					fail(s, "spec.ports[%d].name %q: not a DNS label: %s", i, sp.Name, strings.Join(msgs, "; "))
+				}
+			}
+			tp := sp.TargetPort
+			if tp.Type == intstr.Int && tp.IntVal == 0 {
+				tp = intstr.FromInt32(sp.Port)
+			}
+			if _, ok := containerPort(c, tp); !ok {
+				fail(s, "spec.ports[%d].targetPort %s: not a port of container %s of StatefulSet %s (%s)", i, tp.String(), c.Name, sts.Name, portList(c))
+			}
+		}
+	}
+
 	listenPort, ok := containerPort(c, httpPort)
 	if httpPort.IntVal != 0 && !ok {
-		fail(sts, "%s.ports: the service listens on %s (%s) and no container port is %d", cpath, httpPort.String(), envHTTP, httpPort.IntVal)
+		fail(sts, "%s.ports: the service listens on %s (%s) and no container port is %d", cpath, httpPort.String(), hsrc, httpPort.IntVal)
 	}
 	// The startup probe, optional, holds the liveness probe off until the
 	// process serves: /livez answers 200 from then until the poll loop
@@ -222,12 +315,21 @@ func (k *Kit) Check(sz Sizing) error {
 		if g.Path != pr.path {
 			fail(sts, "%s.%s.httpGet.path %q: want %s", cpath, pr.field, g.Path, pr.path)
 		}
+		// The service serves plain HTTP; the kubelet probes the pod's IP
+		// unless host names another address (the node's own loopback, for
+		// 127.0.0.1).
+		if g.Scheme != "" && g.Scheme != corev1.URISchemeHTTP {
+			fail(sts, "%s.%s.httpGet.scheme %s: the service serves plain HTTP, want HTTP (or unset)", cpath, pr.field, g.Scheme)
+		}
+		if g.Host != "" {
+			fail(sts, "%s.%s.httpGet.host %q: the kubelet would probe that address, not the pod; leave it unset (the pod's IP)", cpath, pr.field, g.Host)
+		}
 		p, ok := containerPort(c, g.Port)
 		switch {
 		case !ok:
 			fail(sts, "%s.%s.httpGet.port %s is not a port of the container (%s)", cpath, pr.field, g.Port.String(), portList(c))
 		case ok && listenPort != 0 && p != listenPort:
-			fail(sts, "%s.%s.httpGet.port %s is container port %d; the probes are served on %d (%s)", cpath, pr.field, g.Port.String(), p, listenPort, envHTTP)
+			fail(sts, "%s.%s.httpGet.port %s is container port %d; the probes are served on %d (%s)", cpath, pr.field, g.Port.String(), p, listenPort, hsrc)
 		}
 	}
 
@@ -250,7 +352,7 @@ func (k *Kit) Check(sz Sizing) error {
 	if !hasLimit {
 		fail(sts, "%s.resources.limits.memory is unset", cpath)
 	}
-	if v, err := env(envMemLimit); err != nil {
+	if v, err := k.env(sts, c, envMemLimit); err != nil {
 		errs = append(errs, err)
 	} else if !v.set {
 		fail(sts, "%s.env[%s] is unset: the Go runtime would not know the memory limit", cpath, envMemLimit)
@@ -272,18 +374,18 @@ func (k *Kit) Check(sz Sizing) error {
 
 	// Static membership by pod name, with a session timeout that covers a
 	// pod's replacement.
-	if v, err := env(envInstance); err != nil {
+	if v, err := setting(envInstance); err != nil {
 		errs = append(errs, err)
 	} else if v.set {
 		if v.fieldRef != "metadata.name" {
 			fail(sts, "%s.env[%s] (%s): want valueFrom.fieldRef metadata.name, one id per pod; a shared id makes the broker fence all but one pod", cpath, envInstance, v.src)
 		}
 		session := defSession
-		ssrc := "unset: the example's default"
-		if sv, err := env(envSession); err != nil {
+		sv, err := setting(envSession)
+		ssrc := sv.src
+		if err != nil {
 			errs = append(errs, err)
 		} else if sv.set {
-			ssrc = sv.src
 			if session, err = time.ParseDuration(sv.value); err != nil {
 				fail(sts, "%s %s=%q (%s): not a duration", cpath, envSession, sv.value, sv.src)
 			}
@@ -334,7 +436,88 @@ type envValue struct {
 	set      bool
 	value    string // known value
 	fieldRef string // from valueFrom.fieldRef: its path (value unknown)
+	secret   bool   // from a Secret (value unknown)
 	src      string // where it is set, for messages
+}
+
+// known reports whether the value is in the kit (not a Secret's or the
+// pod's field).
+func (v envValue) known() bool { return v.set && v.fieldRef == "" && !v.secret }
+
+// OrdersFlags are examples/orders' flags (parseConfig), each with the
+// variable that gives its default. TestOrdersFlagsAreMains checks them
+// against examples/orders/main.go.
+var OrdersFlags = map[string]string{
+	"brokers":         envBrokers,
+	"dsn":             envDSN,
+	"group":           "ORDERS_GROUP",
+	"topic":           "ORDERS_TOPIC",
+	"dlq":             "ORDERS_DLQ",
+	"http":            envHTTP,
+	"concurrency":     "ORDERS_CONCURRENCY",
+	"instance-id":     envInstance,
+	"delay":           "ORDERS_DELAY",
+	"session-timeout": envSession,
+	"mode":            "ORDERS_MODE",
+	"share-lock":      "ORDERS_SHARE_LOCK",
+}
+
+// ordersArgs parses the container's args as examples/orders does (the
+// flag package: flags before the first other argument), variable → the
+// flag's value. It refuses what it cannot read the way the process would:
+// a command (another entrypoint than the image's), a $(VAR) reference
+// (the kubelet expands it), an argument that is not a flag (the example
+// ignores it and every argument after it) and a flag the example does not
+// have (it exits 2).
+func (k *Kit) ordersArgs(sts *appsv1.StatefulSet, c *corev1.Container, cpath string) (map[string]string, error) {
+	where := k.where(sts) + ": " + cpath
+	if len(c.Command) > 0 {
+		return nil, fmt.Errorf("%s.command %q: the check reads the arguments of the image's entrypoint (examples/orders) only; leave command unset", where, c.Command)
+	}
+	for _, a := range c.Args {
+		if strings.Contains(a, "$(") {
+			return nil, fmt.Errorf("%s.args %q: the kubelet expands $(VAR) in %q, which the check cannot follow; set the variable instead", where, c.Args, a)
+		}
+	}
+	fs := flag.NewFlagSet("orders", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	vals := map[string]*string{}
+	for name := range OrdersFlags {
+		vals[name] = fs.String(name, "", "")
+	}
+	if err := fs.Parse(c.Args); err != nil {
+		return nil, fmt.Errorf("%s.args %q: %v: examples/orders would exit 2", where, c.Args, err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%s.args %q: %q is not a flag: examples/orders ignores it and every argument after it", where, c.Args, fs.Arg(0))
+	}
+	out := map[string]string{}
+	fs.Visit(func(f *flag.Flag) { out[OrdersFlags[f.Name]] = *vals[f.Name] })
+	return out, nil
+}
+
+// setting is the example's setting whose variable is name as the process
+// sees it: the flag when args give it (but an empty -dsn, which falls back
+// to the variable), else the variable when set and not empty, else unset
+// (the example's default).
+func (k *Kit) setting(sts *appsv1.StatefulSet, c *corev1.Container, flags map[string]string, name string) (envValue, error) {
+	if fv, ok := flags[name]; ok && (name != envDSN || fv != "") {
+		for f, e := range OrdersFlags {
+			if e == name {
+				return envValue{set: true, value: fv, src: fmt.Sprintf("%s args -%s", k.where(sts), f)}, nil
+			}
+		}
+	}
+	v, err := k.env(sts, c, name)
+	switch {
+	case err != nil:
+		return v, err
+	case !v.set:
+		v.src = "unset: the default"
+	case v.known() && v.value == "":
+		v = envValue{src: v.src + " empty: the default"}
+	}
+	return v, nil
 }
 
 // env resolves a variable of container c as the kubelet would: env
@@ -385,7 +568,7 @@ func (k *Kit) env(sts *appsv1.StatefulSet, c *corev1.Container, name string) (en
 			v = envValue{set: true, value: val, src: src + " resourceFieldRef " + vf.ResourceFieldRef.Resource}
 		default:
 			// A secret: set, value unknown here.
-			v = envValue{set: true, src: src + " (secret)"}
+			v = envValue{set: true, secret: true, src: src + " (secret)"}
 		}
 	}
 	return v, nil

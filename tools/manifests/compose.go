@@ -192,8 +192,8 @@ func (c *Compose) CheckOrders(svc string) error {
 		}
 		grace = d
 	}
-	if grace < budget {
-		fail("stop_grace_period %s < %s %s: Compose would kill the process (SIGKILL) before its stop ends", grace, envBudget, budget)
+	if grace < budget+StopMargin {
+		fail("stop_grace_period %s < %s %s + %s margin: Compose would kill the process (SIGKILL) before its stop ends", grace, envBudget, budget, StopMargin)
 	}
 
 	// The probes and /metrics: a published port must be the one the
@@ -206,7 +206,7 @@ func (c *Compose) CheckOrders(svc string) error {
 	if err != nil {
 		fail("environment.%s %q: not host:port", envHTTP, httpAddr)
 	}
-	if !hostNet && (lh == "127.0.0.1" || lh == "localhost") {
+	if !hostNet && isLoopback(lh) {
 		fail("environment.%s %q: the container's loopback cannot be reached through a published port; listen on :%s", envHTTP, httpAddr, lp)
 	}
 	for _, p := range o.Ports {
@@ -283,6 +283,20 @@ func (c *Compose) kafkaFor(addr string, hostNet bool) (string, error) {
 		if listener == "" {
 			continue
 		}
+		// Docker forwards a connection, from another container or a
+		// published port, to the container's address on the network: a
+		// listener bound to its loopback refuses it.
+		if lh, _, _ := net.SplitHostPort(listeners[listener]); isLoopback(lh) {
+			return "", fmt.Errorf("service %s's listener %s is bound to %q, its own container's loopback (KAFKA_LISTENERS): a connection from another container is refused; bind it to every interface (%s://:port)", name, listener, lh, listener)
+		}
+		// Kafka refuses to start with a listener that has no security
+		// protocol, and the example speaks PLAINTEXT (no TLS, no SASL).
+		if proto := securityProtocol(s.Environment, listener); proto != "PLAINTEXT" {
+			if proto == "" {
+				return "", fmt.Errorf("service %s's listener %s has no security protocol (KAFKA_LISTENER_SECURITY_PROTOCOL_MAP %q): Kafka refuses to start", name, listener, s.Environment["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"])
+			}
+			return "", fmt.Errorf("service %s's listener %s is %s (KAFKA_LISTENER_SECURITY_PROTOCOL_MAP): the example connects in PLAINTEXT", name, listener, proto)
+		}
 		adv := parseListeners(s.Environment["KAFKA_ADVERTISED_LISTENERS"])[listener]
 		if adv != addr {
 			return "", fmt.Errorf("service %s's listener %s advertises %q (KAFKA_ADVERTISED_LISTENERS), not %q: after bootstrapping, the client would connect to %q", name, listener, adv, addr, adv)
@@ -321,6 +335,29 @@ func (c *Compose) postgresFor(hostport string, hostNet bool) (string, error) {
 		}
 	}
 	return "", errors.New("no postgres service reachable at that address")
+}
+
+// isLoopback reports whether host is a loopback address or localhost.
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return strings.EqualFold(host, "localhost") || (ip != nil && ip.IsLoopback())
+}
+
+// securityProtocol is the security protocol of a Kafka listener: its
+// entry in KAFKA_LISTENER_SECURITY_PROTOCOL_MAP, or, when that is unset,
+// Kafka's default map (each protocol a listener of its own name); "" when
+// it has none.
+func securityProtocol(env Environment, listener string) string {
+	m, ok := env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"]
+	if !ok || m == "" {
+		m = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+	}
+	for _, kv := range strings.Split(m, ",") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(kv), ":"); ok && k == listener {
+			return v
+		}
+	}
+	return ""
 }
 
 // parseListeners reads a listeners setting, NAME://host:port,...

@@ -1,8 +1,13 @@
 package manifests_test
 
 import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -73,6 +78,8 @@ var kitMutations = []mutation{
 	// Grace period ≥ preStop + shutdown budget.
 	{name: "grace period short", file: "statefulset.yaml", old: "terminationGracePeriodSeconds: 25", new: "terminationGracePeriodSeconds: 22",
 		wantInErrs: []string{"terminationGracePeriodSeconds 22", "preStop 3s", "TIDEMARK_SHUTDOWN_BUDGET 20s", "configmap.yaml"}},
+	{name: "grace period with no margin", file: "statefulset.yaml", old: "terminationGracePeriodSeconds: 25", new: "terminationGracePeriodSeconds: 24",
+		wantInErrs: []string{"terminationGracePeriodSeconds 24", "preStop 3s + TIDEMARK_SHUTDOWN_BUDGET 20s (configmap.yaml: ConfigMap orders data.TIDEMARK_SHUTDOWN_BUDGET) + 2s margin"}},
 	{name: "budget grown", file: "configmap.yaml", old: `TIDEMARK_SHUTDOWN_BUDGET: "20s"`, new: `TIDEMARK_SHUTDOWN_BUDGET: "30s"`,
 		wantInErrs: []string{"terminationGracePeriodSeconds 25", "TIDEMARK_SHUTDOWN_BUDGET 30s"}},
 	{name: "budget unset: the default", file: "configmap.yaml", old: `  TIDEMARK_SHUTDOWN_BUDGET: "20s"`, new: ``}, // 25 ≥ 3 + 20 still holds with the default; the shorter grace
@@ -107,10 +114,75 @@ var kitMutations = []mutation{
 		wantInErrs: []string{`startupProbe.httpGet.path "/readyz": want /livez`}},
 	{name: "startup probe port", file: "statefulset.yaml", old: "            # up to 30s): up to 60s before liveness counts.\n            httpGet: {path: /livez, port: http}", new: "            # up to 30s): up to 60s before liveness counts.\n            httpGet: {path: /livez, port: 8081}",
 		wantInErrs: []string{"startupProbe.httpGet.port 8081 is not a port of the container"}},
+	{name: "readiness probe over HTTPS", file: "statefulset.yaml", old: "httpGet: {path: /readyz, port: http}", new: "httpGet: {path: /readyz, port: http, scheme: HTTPS}",
+		wantInErrs: []string{"readinessProbe.httpGet.scheme HTTPS: the service serves plain HTTP"}},
+	{name: "liveness probe host set", file: "statefulset.yaml", old: "            # because a handler or the database is slow.\n            httpGet: {path: /livez, port: http}", new: "            # because a handler or the database is slow.\n            httpGet: {path: /livez, port: http, host: 127.0.0.1}",
+		wantInErrs: []string{`livenessProbe.httpGet.host "127.0.0.1"`}},
+	{name: "probe scheme HTTP spelt out", file: "statefulset.yaml", old: "httpGet: {path: /readyz, port: http}", new: "httpGet: {path: /readyz, port: http, scheme: HTTP}"},
 	{name: "service listens elsewhere", file: "configmap.yaml", old: `ORDERS_HTTP: ":8080"`, new: `ORDERS_HTTP: ":9090"`,
-		wantInErrs: []string{"the service listens on 9090 (ORDERS_HTTP) and no container port is 9090"}},
+		wantInErrs: []string{"the service listens on 9090 (configmap.yaml: ConfigMap orders data.ORDERS_HTTP) and no container port is 9090"}},
+	{name: "service listens on loopback only", file: "configmap.yaml", old: `ORDERS_HTTP: ":8080"`, new: `ORDERS_HTTP: "127.0.0.1:8080"`,
+		wantInErrs: []string{`ORDERS_HTTP="127.0.0.1:8080" (configmap.yaml: ConfigMap orders data.ORDERS_HTTP): the kubelet probes the pod's IP`}},
+	{name: "service listens on the IPv6 loopback", file: "configmap.yaml", old: `ORDERS_HTTP: ":8080"`, new: `ORDERS_HTTP: "[::1]:8080"`,
+		wantInErrs: []string{`ORDERS_HTTP="[::1]:8080"`, "listen on every interface (:8080)"}},
+	{name: "service listens on a host name", file: "configmap.yaml", old: `ORDERS_HTTP: ":8080"`, new: `ORDERS_HTTP: "orders:8080"`,
+		wantInErrs: []string{`ORDERS_HTTP="orders:8080"`}},
+	{name: "service listens on 0.0.0.0", file: "configmap.yaml", old: `ORDERS_HTTP: ":8080"`, new: `ORDERS_HTTP: "0.0.0.0:8080"`},
+	{name: "service listens on [::]", file: "configmap.yaml", old: `ORDERS_HTTP: ":8080"`, new: `ORDERS_HTTP: "[::]:8080"`},
+	{name: "ORDERS_HTTP empty: the default :8080", file: "configmap.yaml", old: `ORDERS_HTTP: ":8080"`, new: `ORDERS_HTTP: ""`},
+	{name: "budget empty: the default", file: "configmap.yaml", old: `TIDEMARK_SHUTDOWN_BUDGET: "20s"`, new: `TIDEMARK_SHUTDOWN_BUDGET: ""`},
+	{name: "budget empty and grace short", file: "statefulset.yaml", old: "terminationGracePeriodSeconds: 25", new: "terminationGracePeriodSeconds: 22",
+		file2: "configmap.yaml", old2: `TIDEMARK_SHUTDOWN_BUDGET: "20s"`, new2: `TIDEMARK_SHUTDOWN_BUDGET: ""`,
+		wantInErrs: []string{"TIDEMARK_SHUTDOWN_BUDGET 20s (configmap.yaml: ConfigMap orders data.TIDEMARK_SHUTDOWN_BUDGET empty: the default)"}},
+	{name: "session empty: the example's 10s", file: "configmap.yaml", old: `ORDERS_SESSION_TIMEOUT: "45s"`, new: `ORDERS_SESSION_TIMEOUT: ""`,
+		wantInErrs: []string{"ORDERS_SESSION_TIMEOUT 10s (configmap.yaml: ConfigMap orders data.ORDERS_SESSION_TIMEOUT empty: the default) < 30s"}},
+
+	// Flags in args win over their variables (examples/orders
+	// parseConfig).
+	{name: "args override ORDERS_HTTP", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-http\", \":9090\"]\n",
+		wantInErrs: []string{"the service listens on 9090 (statefulset.yaml: StatefulSet orders args -http) and no container port is 9090"}},
+	{name: "args override ORDERS_HTTP, -flag=value", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"--http=127.0.0.1:8080\"]\n",
+		wantInErrs: []string{`ORDERS_HTTP="127.0.0.1:8080" (statefulset.yaml: StatefulSet orders args -http)`}},
+	{name: "args override the session timeout", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-session-timeout\", \"10s\"]\n",
+		wantInErrs: []string{"ORDERS_SESSION_TIMEOUT 10s (statefulset.yaml: StatefulSet orders args -session-timeout) < 30s"}},
+	{name: "args give a shared instance id", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-instance-id\", \"orders\"]\n",
+		wantInErrs: []string{"env[ORDERS_INSTANCE_ID] (statefulset.yaml: StatefulSet orders args -instance-id): want valueFrom.fieldRef metadata.name"}},
+	{name: "args that agree", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-http\", \":8080\", \"-session-timeout=45s\", \"-concurrency\", \"32\"]\n"},
+	{name: "args: empty -dsn falls back to the variable", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-dsn\", \"\"]\n"},
+	{name: "args: empty -brokers wins over the variable", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-brokers\", \"\"]\n",
+		wantInErrs: []string{"TIDEMARK_KAFKA_BROKERS is empty or unset (statefulset.yaml: StatefulSet orders args -brokers): examples/orders exits 2 without it"}},
+	{name: "args: a flag the example lacks", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-port\", \"9090\"]\n",
+		wantInErrs: []string{"args [\"-port\" \"9090\"]: flag provided but not defined: -port: examples/orders would exit 2"}},
+	{name: "args: not a flag, the rest ignored", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"orders\", \"-http\", \":9090\"]\n",
+		wantInErrs: []string{`"orders" is not a flag: examples/orders ignores it and every argument after it`}},
+	{name: "args: a $(VAR) reference", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          args: [\"-http\", \"$(POD_IP):8080\"]\n",
+		wantInErrs: []string{"the kubelet expands $(VAR)"}},
+	{name: "command set", file: "statefulset.yaml", old: "          image: tidemark-orders:latest\n", new: "          image: tidemark-orders:latest\n          command: [/bin/sh, -c, \"exec orders\"]\n",
+		wantInErrs: []string{"command [\"/bin/sh\" \"-c\" \"exec orders\"]: the check reads the arguments of the image's entrypoint"}},
+
+	// Without brokers or a database the example exits 2.
+	{name: "database variable removed", file: "statefulset.yaml", old: "            - name: TIDEMARK_PG_DSN\n              valueFrom: {secretKeyRef: {name: orders-db, key: dsn}}\n", new: "",
+		wantInErrs: []string{"TIDEMARK_PG_DSN is empty or unset (unset: the default): examples/orders exits 2 without it"}},
+	{name: "brokers variable removed", file: "configmap.yaml", old: "  TIDEMARK_KAFKA_BROKERS: \"kafka:9092\"\n", new: "",
+		wantInErrs: []string{"TIDEMARK_KAFKA_BROKERS is empty or unset (unset: the default): examples/orders exits 2 without it"}},
+	{name: "brokers only commas", file: "configmap.yaml", old: `TIDEMARK_KAFKA_BROKERS: "kafka:9092"`, new: `TIDEMARK_KAFKA_BROKERS: " , "`,
+		wantInErrs: []string{"TIDEMARK_KAFKA_BROKERS is empty or unset (configmap.yaml: ConfigMap orders data.TIDEMARK_KAFKA_BROKERS): examples/orders exits 2"}},
+	{name: "database from args", file: "statefulset.yaml", old: "            - name: TIDEMARK_PG_DSN\n              valueFrom: {secretKeyRef: {name: orders-db, key: dsn}}\n", new: "",
+		file2: "statefulset.yaml", old2: "          image: tidemark-orders:latest\n", new2: "          image: tidemark-orders:latest\n          args: [\"-dsn\", \"postgres://db/orders\"]\n"},
 	{name: "container port moved", file: "statefulset.yaml", old: "{name: http, containerPort: 8080}", new: "{name: http, containerPort: 8081}",
 		wantInErrs: []string{"no container port is 8080", "prometheus.io/port] 8080: not the container port /metrics is served on"}},
+
+	{name: "port name longer than 15", file: "statefulset.yaml", old: "{name: http, containerPort: 8080}", new: "{name: http, containerPort: 8080}\n            - {name: prometheus-metrics, containerPort: 9100}",
+		wantInErrs: []string{`ports[1].name "prometheus-metrics": not an IANA_SVC_NAME`}},
+	{name: "port name not an IANA_SVC_NAME", file: "statefulset.yaml", old: "{name: http, containerPort: 8080}", new: "{name: http, containerPort: 8080}\n            - {name: Debug_Port, containerPort: 6060}",
+		wantInErrs: []string{`ports[1].name "Debug_Port": not an IANA_SVC_NAME`}},
+	{name: "service port name not a DNS label", file: "service.yaml", old: "{name: http, port: 8080", new: "{name: HTTP, port: 8080",
+		wantInErrs: []string{`Service orders: spec.ports[0].name "HTTP": not a DNS label`}},
+	{name: "service targetPort names no container port", file: "service.yaml", old: "targetPort: http", new: "targetPort: metrics",
+		wantInErrs: []string{"Service orders: spec.ports[0].targetPort metrics: not a port of container orders"}},
+	{name: "service targetPort by number", file: "service.yaml", old: "targetPort: http", new: "targetPort: 8080"},
+	{name: "service targetPort unset: the port, which is no container port", file: "service.yaml", old: "{name: http, port: 8080, targetPort: http}", new: "{name: http, port: 80}",
+		wantInErrs: []string{"spec.ports[0].targetPort 80: not a port of container orders"}},
 
 	// Scrape annotations.
 	{name: "scrape port", file: "statefulset.yaml", old: `prometheus.io/port: "8080"`, new: `prometheus.io/port: "9090"`,
@@ -131,6 +203,16 @@ var kitMutations = []mutation{
 		wantInErrs: []string{"pdb.yaml: PodDisruptionBudget orders: spec.selector"}},
 	{name: "pdb blocks every drain", file: "pdb.yaml", old: "maxUnavailable: 1", new: "maxUnavailable: 0",
 		wantInErrs: []string{"spec.maxUnavailable 0"}},
+	{name: "pdb minAvailable and maxUnavailable", file: "pdb.yaml", old: "  maxUnavailable: 1\n", new: "  maxUnavailable: 1\n  minAvailable: 2\n",
+		wantInErrs: []string{"spec.minAvailable and spec.maxUnavailable are both set"}},
+	{name: "pdb percentage: 50% of 3 is 2", file: "pdb.yaml", old: "maxUnavailable: 1", new: `maxUnavailable: "50%"`},
+	{name: "pdb percentage: 1% of 3 rounds up to 1", file: "pdb.yaml", old: "maxUnavailable: 1", new: `maxUnavailable: "1%"`},
+	{name: "pdb percentage that rounds to no pod", file: "pdb.yaml", old: "maxUnavailable: 1", new: `maxUnavailable: "0%"`,
+		wantInErrs: []string{"spec.maxUnavailable 0% of 3 replicas is 0 pods"}},
+	{name: "pdb percentage over 100", file: "pdb.yaml", old: "maxUnavailable: 1", new: `maxUnavailable: "150%"`,
+		wantInErrs: []string{`spec.maxUnavailable "150%": a percentage must not be above 100%`}},
+	{name: "pdb count in a string", file: "pdb.yaml", old: "maxUnavailable: 1", new: `maxUnavailable: "1"`,
+		wantInErrs: []string{`spec.maxUnavailable "1": want a count or a percentage`}},
 	{name: "pod labels", file: "statefulset.yaml", old: "    metadata:\n      labels: {app: orders}", new: "    metadata:\n      labels: {app: orders-v2}",
 		wantInErrs: []string{"StatefulSet orders: spec.selector", "Service orders: spec.selector", "PodDisruptionBudget orders: spec.selector"}},
 
@@ -207,4 +289,61 @@ func edit(t *testing.T, b []byte, old, new string) []byte {
 		t.Fatalf("the mutation's text %q occurs %d times, want once", old, n)
 	}
 	return []byte(strings.Replace(string(b), old, new, 1))
+}
+
+// TestOrdersFlagsAreMains: the check's table of the example's flags is
+// the one examples/orders/main.go registers in parseConfig, each flag
+// with the variable its default comes from (dsn's default is "", the
+// variable read after parsing, so that usage does not print the password).
+func TestOrdersFlagsAreMains(t *testing.T) {
+	const main = "../../examples/orders/main.go"
+	f, err := parser.ParseFile(token.NewFileSet(), main, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		sel, ok := call.Fun.(*ast.SelectorExpr)
+		if !ok || fmt.Sprint(sel.X) != "fs" {
+			return true
+		}
+		args := call.Args
+		switch sel.Sel.Name {
+		case "StringVar", "IntVar", "DurationVar", "BoolVar":
+			args = args[1:]
+		case "String", "Int", "Duration", "Bool":
+		default:
+			return true
+		}
+		name, err := strconv.Unquote(args[0].(*ast.BasicLit).Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[name] = ""
+		if d, ok := args[1].(*ast.CallExpr); ok && fmt.Sprint(d.Fun) == "env" {
+			got[name], _ = strconv.Unquote(d.Args[0].(*ast.BasicLit).Value)
+		}
+		if sel.Sel.Name == "Bool" || sel.Sel.Name == "BoolVar" {
+			t.Errorf("%s: -%s is a boolean flag, which manifests.OrdersFlags parses as one taking a value", main, name)
+		}
+		return true
+	})
+	if len(got) == 0 {
+		t.Fatalf("%s: no fs.String/fs.StringVar flags found", main)
+	}
+	got["dsn"] = "TIDEMARK_PG_DSN" // read after parsing: c.dsn = env("TIDEMARK_PG_DSN", "")
+	for name, env := range got {
+		if manifests.OrdersFlags[name] != env {
+			t.Errorf("%s: -%s [%s]; manifests.OrdersFlags has [%s]", main, name, env, manifests.OrdersFlags[name])
+		}
+	}
+	for name := range manifests.OrdersFlags {
+		if _, ok := got[name]; !ok {
+			t.Errorf("manifests.OrdersFlags has -%s, which %s does not register", name, main)
+		}
+	}
 }
