@@ -460,6 +460,7 @@ var OrdersFlags = map[string]string{
 	"session-timeout": envSession,
 	"mode":            "ORDERS_MODE",
 	"share-lock":      "ORDERS_SHARE_LOCK",
+	"controls":        "ORDERS_CONTROLS",
 }
 
 // ordersArgs parses the container's args as examples/orders does (the
