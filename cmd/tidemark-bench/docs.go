@@ -19,7 +19,7 @@ import (
 // place; TestDocsGenerated fails when a document differs from what the
 // generators make of the committed reports, so a figure cannot drift from
 // its report.
-var generatedDocs = []string{"docs/performance.md", "docs/operations.md"}
+var generatedDocs = []string{"README.md", "docs/performance.md", "docs/operations.md"}
 
 const (
 	regionStart = "<!-- generated: "
@@ -33,6 +33,9 @@ type benchReports struct {
 	// it has one (make bench runs every workload), else
 	// docs/bench/partitions.json's (-workload partitions alone).
 	partitions *Report
+	// noop is docs/bench/noop.json (a -workload noop run with more
+	// repetitions), nil when the directory has none.
+	noop *Report
 }
 
 // readBenchReports reads the reports of dir (docs/bench).
@@ -50,7 +53,13 @@ func readBenchReports(dir string) (*benchReports, error) {
 			return nil, fmt.Errorf("neither bench.json nor partitions.json of %s has a partition-scaling report", dir)
 		}
 	}
-	return &benchReports{bench: bench, partitions: partitions}, nil
+	reps := &benchReports{bench: bench, partitions: partitions}
+	if _, err := os.Stat(filepath.Join(dir, "noop.json")); err == nil {
+		if reps.noop, err = readReport(filepath.Join(dir, "noop.json")); err != nil {
+			return nil, err
+		}
+	}
+	return reps, nil
 }
 
 // generators make the regions' contents, by name. Block regions (the
@@ -62,6 +71,18 @@ var generators = map[string]func(*benchReports) (string, error){
 	"keys-curve":             func(r *benchReports) (string, error) { return curveTable(r.bench, "keys", "K") },
 	"partitions-table":       partitionsTable,
 	"operations-concurrency": operationsConcurrency,
+	// Inline regions of prose that quotes the reports (docs_prose.go).
+	"readme-throughput": readmeThroughput,
+	"noop-ratio":        noopRatio,
+	"bench-wall":        benchWall,
+	"bench-run":         benchRun,
+	"noop-runs":         noopRuns,
+	"bench-targets":     benchTargets,
+	"reading-noop":      readingNoop,
+	"reading-kafkago":   readingKafkago,
+	"reading-io":        readingIO,
+	"reading-cpu":       readingCPU,
+	"reading-inbox":     readingInbox,
 }
 
 // writeDocs rewrites the generated regions of generatedDocs under root from
