@@ -488,3 +488,48 @@ func TestDocTestNamesFinds(t *testing.T) {
 		t.Error("the walk does not find this package's tests as they are")
 	}
 }
+
+var (
+	deadLetterTopic = regexp.MustCompile(`DeadLetter\("([^"]+)"`)
+	replayFrom      = regexp.MustCompile(`dlt replay --from (\S+)`)
+)
+
+// TestDocReplayTopics: a document's `tidemark dlt replay --from T` redrives
+// a topic its own examples dead-letter to: one of the DeadLetter topics
+// written above it, or, when none is, anywhere in the document. (The
+// README's redrive once named orders.dlt under an example that writes to
+// orders.dlq.)
+func TestDocReplayTopics(t *testing.T) {
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append([]string{filepath.Join(root, "README.md")}, docs...)
+	checked := 0
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		for _, m := range replayFrom.FindAllStringSubmatchIndex(text, -1) {
+			checked++
+			from := text[m[2]:m[3]]
+			var topics []string
+			for _, d := range deadLetterTopic.FindAllStringSubmatch(text[:m[0]], -1) {
+				topics = append(topics, d[1])
+			}
+			if len(topics) == 0 {
+				for _, d := range deadLetterTopic.FindAllStringSubmatch(text, -1) {
+					topics = append(topics, d[1])
+				}
+			}
+			if !slices.Contains(topics, from) {
+				t.Errorf("%s:%d: dlt replay --from %s, where the document dead-letters to %v", filepath.Base(doc), strings.Count(text[:m[0]], "\n")+1, from, topics)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no dlt replay --from in the docs: the pattern is wrong")
+	}
+}
