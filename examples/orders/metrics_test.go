@@ -169,7 +169,19 @@ func TestMetricsServeWhatDeployQueries(t *testing.T) {
 		t.Fatalf("/metrics does not serve %d metrics or labels that deploy/ queries: %s\n(the rules in %s and the dashboard %s must follow a renamed instrument)\n/metrics:\n%s",
 			len(miss), strings.Join(miss, ", "), rulesFile, dashboardFile, text)
 	}
-	_ = vars
+	// Every query of the dashboard filters by each variable whose label
+	// its metric has.
+	for _, q := range queries {
+		if !q.panel {
+			continue
+		}
+		for _, miss := range unfilteredVars(q, vars, served) {
+			t.Errorf("%s", miss)
+		}
+	}
+	if len(vars) < 3 {
+		t.Errorf("%s: %d variables read (%v); the dashboard has group, topic and instance", dashboardFile, len(vars), vars)
+	}
 	t.Logf("labels: %s", strings.Join(labels, " "))
 
 	// The gauge follows the probes: 1 while ready, 0 once draining.
