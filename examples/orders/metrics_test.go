@@ -31,6 +31,7 @@ import (
 const (
 	rulesFile     = "../../deploy/prometheus/tidemark.rules.yml"
 	dashboardFile = "../../deploy/grafana/tidemark.json"
+	rulesTestFile = "../../deploy/prometheus/tidemark.rules.test.yml"
 )
 
 // TestMetricsServeWhatDeployQueries: every metric and label that the alert
@@ -184,6 +185,12 @@ func TestMetricsServeWhatDeployQueries(t *testing.T) {
 	}
 	t.Logf("labels: %s", strings.Join(labels, " "))
 
+	// The promtool tests feed the rules the series the exporter writes.
+	text, _ = scrape(t, handler, scrapers[0].accept)
+	for _, miss := range unlikeTestSeries(t, text) {
+		t.Errorf("%s: %s", rulesTestFile, miss)
+	}
+
 	// The gauge follows the probes: 1 while ready, 0 once draining.
 	if got := sampleValue(text, "tidemark_ready"); got != "1" {
 		t.Errorf("tidemark_ready = %q while the probes are ready; want 1", got)
@@ -272,7 +279,7 @@ func scrape(t *testing.T, h http.Handler, accept string) (string, map[string]map
 	return text, served
 }
 
-var sampleLabel = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="(?:[^"\\]|\\.)*"`)
+var sampleLabel = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
 
 // sampleValue returns the value of name's first sample in text, or "".
 func sampleValue(text, name string) string {
@@ -629,4 +636,81 @@ func TestPromQLLabelChecks(t *testing.T) {
 			t.Errorf("unfilteredVars(%s) = %q, want %d", tt.expr, got, tt.unfilter)
 		}
 	}
+}
+
+// seriesLabels parses the labels of a sample line or a series
+// (name{a="x",...}) into name and label → value.
+func seriesLabels(line string) (string, map[string]string) {
+	name, rest, _ := strings.Cut(line, "{")
+	name, _, _ = strings.Cut(name, " ")
+	ls := map[string]string{}
+	if i := strings.LastIndex(rest, "}"); i >= 0 {
+		for _, m := range sampleLabel.FindAllStringSubmatch(rest[:i], -1) {
+			ls[m[1]] = m[2]
+		}
+	}
+	return name, ls
+}
+
+var testSeries = regexp.MustCompile(`(?m)^\s*- series:\s*'([^']*)'`)
+
+// unlikeTestSeries lists how the input series of the promtool rule tests
+// differ from what /metrics serves (text): each must be a served metric,
+// carry every label that each of its served samples carries with a value
+// (an empty one Prometheus drops), the otel_scope_* ones with the served
+// value, and no label that none carries, but job and instance. up, which
+// Prometheus writes, is left out.
+func unlikeTestSeries(t *testing.T, text string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(rulesTestFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string][]map[string]string{}
+	for line := range strings.Lines(text) {
+		if line = strings.TrimSpace(line); line == "" || line[0] == '#' {
+			continue
+		}
+		name, ls := seriesLabels(line)
+		maps.DeleteFunc(ls, func(_, v string) bool { return v == "" })
+		served[name] = append(served[name], ls)
+	}
+	var out []string
+	found := testSeries.FindAllStringSubmatch(string(raw), -1)
+	if len(found) < 10 {
+		t.Fatalf("%s: %d input series read: the file is not written as this test reads it", rulesTestFile, len(found))
+	}
+	for _, m := range found {
+		name, ls := seriesLabels(m[1])
+		if name == "up" {
+			continue
+		}
+		samples := served[name]
+		if len(samples) == 0 {
+			out = append(out, fmt.Sprintf("%s is no metric /metrics serves", m[1]))
+			continue
+		}
+		any := map[string]bool{"job": true, "instance": true}
+		for _, s := range samples {
+			for l := range s {
+				any[l] = true
+			}
+		}
+		for l, v := range samples[0] {
+			every := !slices.ContainsFunc(samples, func(s map[string]string) bool { return s[l] == "" })
+			switch {
+			case !every:
+			case ls[l] == "":
+				out = append(out, fmt.Sprintf("%s lacks %s=%q, which every sample of %s carries", m[1], l, v, name))
+			case strings.HasPrefix(l, "otel_scope_") && ls[l] != v:
+				out = append(out, fmt.Sprintf("%s has %s=%q; /metrics serves %q", m[1], l, ls[l], v))
+			}
+		}
+		for _, l := range slices.Sorted(maps.Keys(ls)) {
+			if !any[l] {
+				out = append(out, fmt.Sprintf("%s has %s, which no sample of %s carries", m[1], l, name))
+			}
+		}
+	}
+	return out
 }
