@@ -19,7 +19,7 @@ import (
 // place; TestDocsGenerated fails when a document differs from what the
 // generators make of the committed reports, so a figure cannot drift from
 // its report.
-var generatedDocs = []string{"README.md", "docs/performance.md", "docs/operations.md"}
+var generatedDocs = []string{"README.md", "docs/performance.md", "docs/operations.md", "docs/adapters.md"}
 
 const (
 	regionStart = "<!-- generated: "
@@ -36,6 +36,9 @@ type benchReports struct {
 	// noop is docs/bench/noop.json (a -workload noop run with more
 	// repetitions), nil when the directory has none.
 	noop *Report
+	// adapters is docs/bench/adapters.json (-workload adapters), nil when
+	// the directory has none.
+	adapters *Report
 }
 
 // readBenchReports reads the reports of dir (docs/bench).
@@ -54,9 +57,11 @@ func readBenchReports(dir string) (*benchReports, error) {
 		}
 	}
 	reps := &benchReports{bench: bench, partitions: partitions}
-	if _, err := os.Stat(filepath.Join(dir, "noop.json")); err == nil {
-		if reps.noop, err = readReport(filepath.Join(dir, "noop.json")); err != nil {
-			return nil, err
+	for name, rep := range map[string]**Report{"noop.json": &reps.noop, "adapters.json": &reps.adapters} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			if *rep, err = readReport(filepath.Join(dir, name)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return reps, nil
@@ -83,6 +88,9 @@ var generators = map[string]func(*benchReports) (string, error){
 	"reading-io":        readingIO,
 	"reading-cpu":       readingCPU,
 	"reading-inbox":     readingInbox,
+	"adapters-bench":    func(r *benchReports) (string, error) { return adaptersCompare(r.bench, "bench.json") },
+	"adapters-morning":  func(r *benchReports) (string, error) { return adaptersCompare(r.adapters, "adapters.json") },
+	"adapters-table":    adaptersTable,
 }
 
 // writeDocs rewrites the generated regions of generatedDocs under root from

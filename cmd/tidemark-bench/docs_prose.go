@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -271,4 +272,57 @@ func readingInbox(reps *benchReports) (string, error) {
 	one, batch := rs[0], rs[1]
 	return fmt.Sprintf("%s. Batching commits %.1f records per transaction and reaches %s (%s the records/s of one per transaction)",
 		times(one.Ratio), batch.PerTransaction, times(batch.Ratio), times(batch.PerSecond/one.PerSecond)), nil
+}
+
+// millions writes a rate in millions: "1.43 M".
+func millions(x float64) string { return fmt.Sprintf("%.2f M", x/1e6) }
+
+// adaptersCompare is tidemark over kafka-go against tidemark over franz
+// in rep (named file), with the no-op and the sleep handler, by their
+// records/s.
+func adaptersCompare(rep *Report, file string) (string, error) {
+	if rep == nil {
+		return "", fmt.Errorf("no %s", file)
+	}
+	rs, err := results(rep, "noop", "tidemark over franz", "noop", "tidemark over kafkago", "sleep", "tidemark over franz", "sleep", "tidemark over kafkago")
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", file, err)
+	}
+	c := concurrencyOf(rs[3])
+	return fmt.Sprintf("%s tidemark over franz with a no-op handler (%s against %s records/s) and %s with a %s handler at concurrency %d",
+		times(rs[1].PerSecond/rs[0].PerSecond), millions(rs[1].PerSecond), millions(rs[0].PerSecond),
+		times(rs[3].PerSecond/rs[2].PerSecond), spaced(rep.Config.Sleep), c), nil
+}
+
+// adaptersTable is docs/adapters.md's table of adapters.json.
+func adaptersTable(reps *benchReports) (string, error) {
+	rep := reps.adapters
+	if rep == nil {
+		return "", errors.New("no adapters.json")
+	}
+	rs, err := results(rep, "noop", "tidemark over franz", "noop", "tidemark over kafkago", "sleep", "tidemark over franz", "sleep", "tidemark over kafkago")
+	if err != nil {
+		return "", fmt.Errorf("adapters.json: %w", err)
+	}
+	var b strings.Builder
+	b.WriteString("| handler | franz | kafkago | kafkago ÷ franz |\n|---|---|---|---|")
+	for i, label := range []string{
+		fmt.Sprintf("no-op, concurrency %d", concurrencyOf(rs[0])),
+		fmt.Sprintf("sleep %s, concurrency %d", spaced(rep.Config.Sleep), concurrencyOf(rs[2])),
+	} {
+		franz, kgo := rs[2*i], rs[2*i+1]
+		fmt.Fprintf(&b, "\n| %s | %s rec/s | %s rec/s | %s |", label, thousands(franz.PerSecond), thousands(kgo.PerSecond), times(kgo.PerSecond/franz.PerSecond))
+	}
+	return b.String(), nil
+}
+
+// concurrencyOf is r's concurrency; older reports (adapters.json) name it
+// only at the end of the consumer: "tidemark over franz (key order, 64)".
+func concurrencyOf(r *Result) int {
+	if r.Concurrency > 0 {
+		return r.Concurrency
+	}
+	s := strings.TrimSuffix(r.Consumer, ")")
+	n, _ := strconv.Atoi(s[strings.LastIndex(s, " ")+1:])
+	return n
 }
