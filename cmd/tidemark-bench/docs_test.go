@@ -533,3 +533,66 @@ func TestDocReplayTopics(t *testing.T) {
 		t.Fatal("no dlt replay --from in the docs: the pattern is wrong")
 	}
 }
+
+// TestProseVerdictsFollowTheReport: the words the prose generators make
+// of a figure change with it — a target missed, a growth above the goal,
+// kafka-go below its Reader — so a worse report cannot keep "met".
+func TestProseVerdictsFollowTheReport(t *testing.T) {
+	read := func() *benchReports {
+		reps, err := readBenchReports(filepath.Join(root, "docs", "bench"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reps
+	}
+	for _, tt := range []struct {
+		name string
+		edit func(*benchReports)
+		gen  func(*benchReports) (string, error)
+		want string
+	}{
+		{"no-op below 0.7", func(r *benchReports) {
+			for i := range r.bench.Results {
+				if x := &r.bench.Results[i]; x.Workload == "noop" && strings.HasPrefix(x.Consumer, "tidemark over franz") {
+					x.Ratio = 0.65
+				}
+			}
+		}, benchTargets, "No-op ≥ 0.7× the plain franz loop — not met (0.65×"},
+		{"I/O-bound below 80%", func(r *benchReports) {
+			for i := range r.bench.Results {
+				if x := &r.bench.Results[i]; strings.HasPrefix(x.Workload, "sleep") && strings.HasPrefix(x.Consumer, "tidemark over kafkago") {
+					x.OfTheory = 0.75
+				}
+			}
+		}, benchTargets, "— not met (86% over franz, 75% over kafkago)"},
+		{"kafka-go below the Reader", func(r *benchReports) {
+			for i := range r.bench.Results {
+				if x := &r.bench.Results[i]; x.Workload == "noop" && strings.HasPrefix(x.Consumer, "tidemark over kafkago") {
+					x.Ratio = 0.90
+				}
+			}
+		}, readingKafkago, "**tidemark over kafka-go < the kafka-go Reader** (0.90×)"},
+		{"growth above the goal", func(r *benchReports) {
+			sc := r.partitions.Scaling
+			for i := range sc.Rows {
+				if x := &sc.Rows[i]; x.Series == "kafkago-sleep" && x.Partitions == slices.Max(sc.Partitions) {
+					x.Growth = 1.5
+				}
+			}
+		}, partitionsGoal, "the goal is not met: no median growth above 1.50×"},
+	} {
+		reps := read()
+		before, err := tt.gen(reps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tt.edit(reps)
+		got, err := tt.gen(reps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(got, tt.want) || got == before {
+			t.Errorf("%s: %q, want it to say %q", tt.name, got, tt.want)
+		}
+	}
+}
