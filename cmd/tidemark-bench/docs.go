@@ -19,7 +19,7 @@ import (
 // place; TestDocsGenerated fails when a document differs from what the
 // generators make of the committed reports, so a figure cannot drift from
 // its report.
-var generatedDocs = []string{"docs/performance.md", "docs/operations.md"}
+var generatedDocs = []string{"README.md", "docs/performance.md", "docs/operations.md", "docs/adapters.md"}
 
 const (
 	regionStart = "<!-- generated: "
@@ -33,6 +33,12 @@ type benchReports struct {
 	// it has one (make bench runs every workload), else
 	// docs/bench/partitions.json's (-workload partitions alone).
 	partitions *Report
+	// noop is docs/bench/noop.json (a -workload noop run with more
+	// repetitions), nil when the directory has none.
+	noop *Report
+	// adapters is docs/bench/adapters.json (-workload adapters), nil when
+	// the directory has none.
+	adapters *Report
 }
 
 // readBenchReports reads the reports of dir (docs/bench).
@@ -50,7 +56,15 @@ func readBenchReports(dir string) (*benchReports, error) {
 			return nil, fmt.Errorf("neither bench.json nor partitions.json of %s has a partition-scaling report", dir)
 		}
 	}
-	return &benchReports{bench: bench, partitions: partitions}, nil
+	reps := &benchReports{bench: bench, partitions: partitions}
+	for name, rep := range map[string]**Report{"noop.json": &reps.noop, "adapters.json": &reps.adapters} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			if *rep, err = readReport(filepath.Join(dir, name)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return reps, nil
 }
 
 // generators make the regions' contents, by name. Block regions (the
@@ -62,6 +76,25 @@ var generators = map[string]func(*benchReports) (string, error){
 	"keys-curve":             func(r *benchReports) (string, error) { return curveTable(r.bench, "keys", "K") },
 	"partitions-table":       partitionsTable,
 	"operations-concurrency": operationsConcurrency,
+	// Inline regions of prose that quotes the reports (docs_prose.go).
+	"readme-throughput":  readmeThroughput,
+	"noop-ratio":         noopRatio,
+	"bench-wall":         benchWall,
+	"bench-run":          benchRun,
+	"noop-runs":          noopRuns,
+	"bench-targets":      benchTargets,
+	"reading-noop":       readingNoop,
+	"reading-kafkago":    readingKafkago,
+	"reading-io":         readingIO,
+	"reading-cpu":        readingCPU,
+	"reading-inbox":      readingInbox,
+	"adapters-bench":     func(r *benchReports) (string, error) { return adaptersCompare(r.bench, "bench.json") },
+	"adapters-morning":   func(r *benchReports) (string, error) { return adaptersCompare(r.adapters, "adapters.json") },
+	"adapters-table":     adaptersTable,
+	"partitions-run":     partitionsRun,
+	"partitions-goal":    partitionsGoal,
+	"partitions-franz":   partitionsFranz,
+	"partitions-kafkago": partitionsKafkago,
 }
 
 // writeDocs rewrites the generated regions of generatedDocs under root from

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -367,5 +368,231 @@ func TestScalingFromBenchJSON(t *testing.T) {
 	}
 	if _, err := readBenchReports(dir); err == nil {
 		t.Error("no scaling report anywhere, and no error")
+	}
+}
+
+var (
+	// A test, benchmark, fuzz target or example a document cites:
+	// TestX, BenchmarkX, FuzzX, ExampleX (a subtest's path after "/" is
+	// not checked).
+	citedTest = regexp.MustCompile(`\b(?:Test|Benchmark|Fuzz|Example)[A-Z0-9_][A-Za-z0-9_]*\b`)
+	testFunc  = regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz|Example)[A-Za-z0-9_]*)\(`)
+)
+
+// testFuncs are the names of the Test, Benchmark, Fuzz and Example
+// functions of the *_test.go files under dir, whatever their build tags
+// and modules.
+func testFuncs(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	funcs := map[string]bool{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == ".testbed") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range testFunc.FindAllSubmatch(b, -1) {
+			funcs[string(m[1])] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return funcs
+}
+
+// TestDocTestNames: every test, benchmark, fuzz target and example that
+// README.md and docs/*.md name (prose and code blocks alike) is a
+// function of a *_test.go file of the checkout, so a doc cannot cite as
+// proof a test that was renamed, deleted or never merged.
+func TestDocTestNames(t *testing.T) {
+	funcs := testFuncs(t, root)
+	if len(funcs) < 50 {
+		t.Fatalf("found only %d test functions under %s: the walk is broken", len(funcs), root)
+	}
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append([]string{filepath.Join(root, "README.md")}, docs...)
+	cited := 0
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n, line := range strings.Split(string(b), "\n") {
+			for _, ix := range citedTest.FindAllStringIndex(line, -1) {
+				cited++
+				name := line[ix[0]:ix[1]]
+				if funcs[name] {
+					continue
+				}
+				if isPattern(line, ix) && slices.ContainsFunc(slices.Collect(maps.Keys(funcs)), func(f string) bool { return strings.HasPrefix(f, name) }) {
+					continue
+				}
+				t.Errorf("%s:%d: %s is no function of the checkout's *_test.go files", filepath.Base(doc), n+1, name)
+			}
+		}
+	}
+	if cited == 0 {
+		t.Fatal("no test name found in the docs: the pattern is wrong")
+	}
+}
+
+// isPattern says whether the name at line[ix[0]:ix[1]] is a pattern of
+// names, not one: followed by "*" (`TestInboxRedrive*`) or given to
+// go test's -run (`-run TestFranz`). A pattern must begin some name.
+func isPattern(line string, ix []int) bool {
+	if strings.HasPrefix(line[ix[1]:], "*") {
+		return true
+	}
+	before := strings.TrimRight(line[:ix[0]], "'\"^(")
+	return strings.HasSuffix(before, "-run ") || strings.HasSuffix(before, "-run=") || strings.HasSuffix(before, "-run")
+}
+
+// TestDocTestNamesFinds: the pattern takes the names as the docs write
+// them, and the walk finds the functions of this package's tests.
+func TestDocTestNamesFinds(t *testing.T) {
+	got := citedTest.FindAllString("(`TestInboxRedriveBelowTheMark`: …; TestConformance/Revoke, BenchmarkTracker, FuzzTracker, ExampleRunner; Tests: Testbed)", -1)
+	want := []string{"TestInboxRedriveBelowTheMark", "TestConformance", "BenchmarkTracker", "FuzzTracker", "ExampleRunner"}
+	if !slices.Equal(got, want) {
+		t.Errorf("cited %q, want %q", got, want)
+	}
+	for _, tt := range []struct {
+		line string
+		want bool
+	}{
+		{"`TestInboxRedrive*`", true},
+		{"go test -run TestFranz ./integration/", true},
+		{"go test -run 'TestFranz' ./integration/", true},
+		{"go test -run=^TestFranz ./integration/", true},
+		{"`TestFranz` proves it", false},
+	} {
+		ix := citedTest.FindStringIndex(tt.line)
+		if got := isPattern(tt.line, ix); got != tt.want {
+			t.Errorf("isPattern(%q) = %v, want %v", tt.line, got, tt.want)
+		}
+	}
+	funcs := testFuncs(t, ".")
+	if !funcs["TestDocTestNames"] || funcs["TestInboxRedriveAfterAnOutageWithinRetainFor"] {
+		t.Error("the walk does not find this package's tests as they are")
+	}
+}
+
+var (
+	deadLetterTopic = regexp.MustCompile(`DeadLetter\("([^"]+)"`)
+	replayFrom      = regexp.MustCompile(`dlt replay --from (\S+)`)
+)
+
+// TestDocReplayTopics: a document's `tidemark dlt replay --from T` redrives
+// a topic its own examples dead-letter to: one of the DeadLetter topics
+// written above it, or, when none is, anywhere in the document. (The
+// README's redrive once named orders.dlt under an example that writes to
+// orders.dlq.)
+func TestDocReplayTopics(t *testing.T) {
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append([]string{filepath.Join(root, "README.md")}, docs...)
+	checked := 0
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		for _, m := range replayFrom.FindAllStringSubmatchIndex(text, -1) {
+			checked++
+			from := text[m[2]:m[3]]
+			var topics []string
+			for _, d := range deadLetterTopic.FindAllStringSubmatch(text[:m[0]], -1) {
+				topics = append(topics, d[1])
+			}
+			if len(topics) == 0 {
+				for _, d := range deadLetterTopic.FindAllStringSubmatch(text, -1) {
+					topics = append(topics, d[1])
+				}
+			}
+			if !slices.Contains(topics, from) {
+				t.Errorf("%s:%d: dlt replay --from %s, where the document dead-letters to %v", filepath.Base(doc), strings.Count(text[:m[0]], "\n")+1, from, topics)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no dlt replay --from in the docs: the pattern is wrong")
+	}
+}
+
+// TestProseVerdictsFollowTheReport: the words the prose generators make
+// of a figure change with it — a target missed, a growth above the goal,
+// kafka-go below its Reader — so a worse report cannot keep "met".
+func TestProseVerdictsFollowTheReport(t *testing.T) {
+	read := func() *benchReports {
+		reps, err := readBenchReports(filepath.Join(root, "docs", "bench"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reps
+	}
+	for _, tt := range []struct {
+		name string
+		edit func(*benchReports)
+		gen  func(*benchReports) (string, error)
+		want string
+	}{
+		{"no-op below 0.7", func(r *benchReports) {
+			for i := range r.bench.Results {
+				if x := &r.bench.Results[i]; x.Workload == "noop" && strings.HasPrefix(x.Consumer, "tidemark over franz") {
+					x.Ratio = 0.65
+				}
+			}
+		}, benchTargets, "No-op ≥ 0.7× the plain franz loop — not met (0.65×"},
+		{"I/O-bound below 80%", func(r *benchReports) {
+			for i := range r.bench.Results {
+				if x := &r.bench.Results[i]; strings.HasPrefix(x.Workload, "sleep") && strings.HasPrefix(x.Consumer, "tidemark over kafkago") {
+					x.OfTheory = 0.75
+				}
+			}
+		}, benchTargets, "— not met (86% over franz, 75% over kafkago)"},
+		{"kafka-go below the Reader", func(r *benchReports) {
+			for i := range r.bench.Results {
+				if x := &r.bench.Results[i]; x.Workload == "noop" && strings.HasPrefix(x.Consumer, "tidemark over kafkago") {
+					x.Ratio = 0.90
+				}
+			}
+		}, readingKafkago, "**tidemark over kafka-go < the kafka-go Reader** (0.90×)"},
+		{"growth above the goal", func(r *benchReports) {
+			sc := r.partitions.Scaling
+			for i := range sc.Rows {
+				if x := &sc.Rows[i]; x.Series == "kafkago-sleep" && x.Partitions == slices.Max(sc.Partitions) {
+					x.Growth = 1.5
+				}
+			}
+		}, partitionsGoal, "the goal is not met: no median growth above 1.50×"},
+	} {
+		reps := read()
+		before, err := tt.gen(reps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tt.edit(reps)
+		got, err := tt.gen(reps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(got, tt.want) || got == before {
+			t.Errorf("%s: %q, want it to say %q", tt.name, got, tt.want)
+		}
 	}
 }

@@ -31,6 +31,7 @@ import (
 const (
 	rulesFile     = "../../deploy/prometheus/tidemark.rules.yml"
 	dashboardFile = "../../deploy/grafana/tidemark.json"
+	rulesTestFile = "../../deploy/prometheus/tidemark.rules.test.yml"
 )
 
 // TestMetricsServeWhatDeployQueries: every metric and label that the alert
@@ -42,9 +43,18 @@ const (
 // renamed instrument, attribute or unit, or an exporter that stops
 // escaping names to underscores, leaves a name of deploy/ unserved, and
 // the test names it. Prometheus' own up is the one name left out.
+//
+// Each selector is checked against its own metric: every label it
+// matches, and every label an aggregation groups it by, must be one that
+// metric's samples carry (or job and instance, which Prometheus adds), so
+// tidemark_partitions_pauses_total{messaging_consumer_group_name=~"$group"}
+// fails, that counter having no group. And each query of the dashboard
+// must filter by every variable of the dashboard whose label its metric
+// carries (instance: every metric), as docs/operations.md says they do.
 func TestMetricsServeWhatDeployQueries(t *testing.T) {
-	metrics, labels := deployQueries(t)
-	t.Logf("deploy/ queries %d metrics: %s; labels: %s", len(metrics), strings.Join(metrics, " "), strings.Join(labels, " "))
+	queries, vars := deployQueries(t)
+	metrics, labels := queryNames(queries)
+	t.Logf("deploy/ queries %d metrics: %s", len(metrics), strings.Join(metrics, " "))
 	// A floor, so that a broken extraction cannot pass on nothing.
 	if len(metrics) < 15 {
 		t.Fatalf("found only %d metric names in %s and %s: the extraction is broken", len(metrics), rulesFile, dashboardFile)
@@ -124,37 +134,63 @@ func TestMetricsServeWhatDeployQueries(t *testing.T) {
 	}
 	c.Produce(recs...)
 
-	var text string
+	var (
+		text   string
+		served map[string]map[string]bool
+	)
 	missing := func() []string {
 		var out []string
 		for _, sc := range scrapers {
-			var served map[string]map[string]bool
 			text, served = scrape(t, handler, sc.accept)
-			anyLabel := map[string]bool{}
-			for _, ls := range served {
-				maps.Copy(anyLabel, ls)
-			}
 			for _, n := range metrics {
 				if served[n] == nil {
 					out = append(out, n+" ("+sc.name+")")
 				}
 			}
-			for _, l := range labels {
-				if !anyLabel[l] {
-					out = append(out, "label "+l+" ("+sc.name+")")
+			for _, q := range queries {
+				for _, miss := range unservedLabels(q, served) {
+					out = append(out, miss+" ("+sc.name+")")
 				}
 			}
 		}
 		return out
 	}
+	// A poll, not a wait on a signal: what it waits for is the runner's
+	// state after franz-go's client, over TCP to kfake, has delivered the
+	// records, failed two commits on its commit interval and paused a
+	// partition; half of the instruments are observable gauges whose value
+	// exists only when /metrics collects them, and pkg/runner has no hook
+	// that says an instrument was recorded. testing/synctest cannot hold
+	// the client's and kfake's network I/O in a bubble.
 	deadline := time.Now().Add(30 * time.Second)
 	for len(missing()) > 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if miss := missing(); len(miss) > 0 {
-		t.Fatalf("/metrics does not serve %d names that deploy/ queries: %s\n(the rules in %s and the dashboard %s must follow a renamed instrument)\n/metrics:\n%s",
+		t.Fatalf("/metrics does not serve %d metrics or labels that deploy/ queries: %s\n(the rules in %s and the dashboard %s must follow a renamed instrument)\n/metrics:\n%s",
 			len(miss), strings.Join(miss, ", "), rulesFile, dashboardFile, text)
 	}
+	// Every query of the dashboard filters by each variable whose label
+	// its metric has.
+	for _, q := range queries {
+		if !q.panel {
+			continue
+		}
+		for _, miss := range unfilteredVars(q, vars, served) {
+			t.Errorf("%s", miss)
+		}
+	}
+	if len(vars) < 3 {
+		t.Errorf("%s: %d variables read (%v); the dashboard has group, topic and instance", dashboardFile, len(vars), vars)
+	}
+	t.Logf("labels: %s", strings.Join(labels, " "))
+
+	// The promtool tests feed the rules the series the exporter writes.
+	text, _ = scrape(t, handler, scrapers[0].accept)
+	for _, miss := range unlikeTestSeries(t, text) {
+		t.Errorf("%s: %s", rulesTestFile, miss)
+	}
+
 	// The gauge follows the probes: 1 while ready, 0 once draining.
 	if got := sampleValue(text, "tidemark_ready"); got != "1" {
 		t.Errorf("tidemark_ready = %q while the probes are ready; want 1", got)
@@ -243,7 +279,7 @@ func scrape(t *testing.T, h http.Handler, accept string) (string, map[string]map
 	return text, served
 }
 
-var sampleLabel = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="(?:[^"\\]|\\.)*"`)
+var sampleLabel = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
 
 // sampleValue returns the value of name's first sample in text, or "".
 func sampleValue(text, name string) string {
@@ -256,14 +292,26 @@ func sampleValue(text, name string) string {
 	return ""
 }
 
-// deployQueries returns the metric names and the label names (sorted)
-// that the expressions of the rules file and the queries of the dashboard
-// (its panels' and its variables') use, less up, job and instance, which
-// Prometheus adds. The rules file is read as this repository writes it:
+// query is a PromQL expression of deploy/ and where it is.
+type query struct {
+	where, expr string
+	panel       bool // a query of a dashboard panel
+}
+
+// variable is a query variable of the dashboard and the label it takes
+// its values from.
+type variable struct{ name, label string }
+
+// deployQueries returns the expressions of the rules file and the queries
+// of the dashboard (its panels' and its variables'), and the dashboard's
+// query variables. The rules file is read as this repository writes it:
 // each expression an "expr:" line, alone or followed by an indented block.
-func deployQueries(t *testing.T) (metrics, labels []string) {
+func deployQueries(t *testing.T) ([]query, []variable) {
 	t.Helper()
-	var exprs []string
+	var (
+		exprs []query
+		vars  []variable
+	)
 	rules, err := os.ReadFile(rulesFile)
 	if err != nil {
 		t.Fatal(err)
@@ -280,16 +328,17 @@ func deployQueries(t *testing.T) (metrics, labels []string) {
 			continue
 		}
 		if e = strings.TrimSpace(e); e != "|" && e != ">" && e != "|-" && e != ">-" {
-			exprs = append(exprs, e)
+			exprs = append(exprs, query{where: fmt.Sprintf("%s:%d", rulesFile, i+1), expr: e})
 			continue
 		}
+		start := i + 1
 		indent := len(lines[i]) - len(strings.TrimLeft(lines[i], " "))
 		var block []string
 		for i+1 < len(lines) && (strings.TrimSpace(lines[i+1]) == "" || len(lines[i+1])-len(strings.TrimLeft(lines[i+1], " ")) > indent) {
 			i++
 			block = append(block, lines[i])
 		}
-		exprs = append(exprs, strings.Join(block, "\n"))
+		exprs = append(exprs, query{where: fmt.Sprintf("%s:%d", rulesFile, start), expr: strings.Join(block, "\n")})
 	}
 	if alerts == 0 || len(exprs) != alerts {
 		t.Fatalf("%s: %d alerts and %d expressions read: the file is not written as this test reads it", rulesFile, alerts, len(exprs))
@@ -302,6 +351,7 @@ func deployQueries(t *testing.T) (metrics, labels []string) {
 		}
 		Templating struct {
 			List []struct {
+				Name  string
 				Type  string
 				Query json.RawMessage
 			}
@@ -322,7 +372,7 @@ func deployQueries(t *testing.T) (metrics, labels []string) {
 			if q.Expr == "" {
 				t.Errorf("%s: panel %q has a query without expr", dashboardFile, p.Title)
 			}
-			exprs = append(exprs, q.Expr)
+			exprs = append(exprs, query{where: fmt.Sprintf("%s: panel %q", dashboardFile, p.Title), expr: q.Expr, panel: true})
 		}
 	}
 	for _, v := range dash.Templating.List {
@@ -338,15 +388,22 @@ func deployQueries(t *testing.T) (metrics, labels []string) {
 		if m == nil {
 			t.Fatalf("%s: variable query %q is not label_values(metric, label)", dashboardFile, q.Query)
 		}
-		exprs = append(exprs, m[1], "x by ("+m[2]+")")
+		// label_values(m, l) lists the values of l on the series of m:
+		// as m grouped by l.
+		exprs = append(exprs, query{where: fmt.Sprintf("%s: variable %q", dashboardFile, v.Name), expr: "max by (" + m[2] + ") (" + m[1] + ")"})
+		vars = append(vars, variable{name: v.Name, label: m[2]})
 	}
+	return exprs, vars
+}
 
+// queryNames are the metric names and the label names (sorted) that
+// queries use, less up, job and instance, which Prometheus adds.
+func queryNames(queries []query) (metrics, labels []string) {
 	ms, ls := map[string]bool{}, map[string]bool{}
-	for _, e := range exprs {
-		promqlNames(e, ms, ls)
+	for _, q := range queries {
+		promqlNames(q.expr, ms, ls)
 	}
 	delete(ms, "up")
-	delete(ms, "x")
 	delete(ls, "job")
 	delete(ls, "instance")
 	return slices.Sorted(maps.Keys(ms)), slices.Sorted(maps.Keys(ls))
@@ -392,4 +449,268 @@ func promqlNames(e string, metrics, labels map[string]bool) {
 		}
 		metrics[w] = true
 	}
+}
+
+// selector is a metric name of a PromQL expression and its label
+// matchers, label → value ("$group" for =~"$group").
+type selector struct {
+	name     string
+	matchers map[string]string
+}
+
+var (
+	// A selector with matchers: name{a="x", b=~"y"}; a value may hold "}".
+	promqlSelector = regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)?\s*\{((?:[^}"]|"(?:[^"\\]|\\.)*")*)\}`)
+	promqlMatcher  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"`)
+	// An aggregation's leading "by (labels) (": the form deploy/ writes.
+	promqlBy = regexp.MustCompile(`\bby\s*\(([^)]*)\)\s*\(`)
+	// The trailing form, sum(x) by (l), which this test does not read.
+	promqlTrailingBy = regexp.MustCompile(`\)\s*(?:by|without)\s*\(`)
+)
+
+// selectors returns the selectors of e: those with matchers, then the
+// bare metric names (promqlNames' words), without matchers. Its limits,
+// which deploy/ keeps within: no {__name__=...} selector, no matcher
+// value with an unescaped quote.
+func selectors(e string) ([]selector, error) {
+	var out []selector
+	var errs []string
+	rest := promqlSelector.ReplaceAllStringFunc(e, func(m string) string {
+		sm := promqlSelector.FindStringSubmatch(m)
+		if sm[1] == "" {
+			errs = append(errs, fmt.Sprintf("a selector without a metric name: %s", m))
+			return " "
+		}
+		sel := selector{name: sm[1], matchers: map[string]string{}}
+		for _, mm := range promqlMatcher.FindAllStringSubmatch(sm[2], -1) {
+			sel.matchers[mm[1]] = mm[2]
+		}
+		out = append(out, sel)
+		return " "
+	})
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	bare := map[string]bool{}
+	promqlNames(rest, bare, map[string]bool{})
+	for _, n := range slices.Sorted(maps.Keys(bare)) {
+		out = append(out, selector{name: n, matchers: map[string]string{}})
+	}
+	return out, nil
+}
+
+// groupings returns, for each "by (labels) (inner)" of e, the labels and
+// the selectors of inner. A trailing "(...) by (labels)" is an error: this
+// test would not know what it groups.
+func groupings(e string) (labels [][]string, inner [][]selector, err error) {
+	if m := promqlTrailingBy.FindString(e); m != "" {
+		return nil, nil, fmt.Errorf("a trailing grouping %q: write it before the aggregation's argument, as deploy/ does", m)
+	}
+	for _, ix := range promqlBy.FindAllStringSubmatchIndex(e, -1) {
+		open := ix[1] - 1 // the "(" of the argument
+		end, depth, quoted := -1, 0, false
+		for i := open; i < len(e) && end < 0; i++ {
+			switch c := e[i]; {
+			case quoted && c == '\\':
+				i++
+			case c == '"':
+				quoted = !quoted
+			case quoted:
+			case c == '(':
+				depth++
+			case c == ')':
+				if depth--; depth == 0 {
+					end = i
+				}
+			}
+		}
+		if end < 0 {
+			return nil, nil, fmt.Errorf("an unbalanced aggregation at %q", e[ix[0]:])
+		}
+		sels, err := selectors(e[open+1 : end])
+		if err != nil {
+			return nil, nil, err
+		}
+		labels = append(labels, promqlIdent.FindAllString(e[ix[2]:ix[3]], -1))
+		inner = append(inner, sels)
+	}
+	return labels, inner, nil
+}
+
+// hasLabel says whether the samples of metric carry label; Prometheus adds
+// job and instance to every series, and up has no others.
+func hasLabel(served map[string]map[string]bool, metric, label string) bool {
+	return label == "job" || label == "instance" || served[metric][label]
+}
+
+// unservedLabels lists what q asks of a metric that its samples, as
+// served, do not have: a matcher's label, or a label an aggregation
+// groups it by.
+func unservedLabels(q query, served map[string]map[string]bool) []string {
+	var out []string
+	sels, err := selectors(q.expr)
+	if err != nil {
+		return []string{fmt.Sprintf("%s: %v", q.where, err)}
+	}
+	for _, s := range sels {
+		for _, l := range slices.Sorted(maps.Keys(s.matchers)) {
+			if !hasLabel(served, s.name, l) {
+				out = append(out, fmt.Sprintf("%s: %s has no label %s", q.where, s.name, l))
+			}
+		}
+	}
+	labels, inner, err := groupings(q.expr)
+	if err != nil {
+		return append(out, fmt.Sprintf("%s: %v", q.where, err))
+	}
+	for i := range labels {
+		for _, s := range inner[i] {
+			for _, l := range labels[i] {
+				if l != "le" || strings.HasSuffix(s.name, "_bucket") { // le: a histogram's buckets only
+					if !hasLabel(served, s.name, l) {
+						out = append(out, fmt.Sprintf("%s: grouped by %s, which %s has not", q.where, l, s.name))
+					}
+				} else {
+					out = append(out, fmt.Sprintf("%s: grouped by le, which %s (no _bucket) has not", q.where, s.name))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// unfilteredVars lists the variables of the dashboard that the panel query
+// q does not filter by (label=~"$name") on a metric that has their label.
+func unfilteredVars(q query, vars []variable, served map[string]map[string]bool) []string {
+	var out []string
+	sels, err := selectors(q.expr)
+	if err != nil {
+		return []string{fmt.Sprintf("%s: %v", q.where, err)}
+	}
+	for _, s := range sels {
+		for _, v := range vars {
+			if !hasLabel(served, s.name, v.label) {
+				continue
+			}
+			if got := s.matchers[v.label]; got != "$"+v.name && got != "${"+v.name+"}" {
+				out = append(out, fmt.Sprintf("%s: %s is not filtered by $%s (%s=~\"$%s\"), though it has %s", q.where, s.name, v.name, v.label, v.name, v.label))
+			}
+		}
+	}
+	return out
+}
+
+// TestPromQLLabelChecks: the checks above fail on what they are for — a
+// matcher or a grouping label that the named metric lacks though another
+// metric has it, and a panel query that leaves out a variable its metric
+// could be filtered by — and pass on what deploy/ writes.
+func TestPromQLLabelChecks(t *testing.T) {
+	group, topic := "messaging_consumer_group_name", "messaging_destination_name"
+	// As /metrics serves them: the pauses counter has no group (pkg/runner
+	// records it without attributes).
+	served := map[string]map[string]bool{
+		"tidemark_partitions_pauses_total":        {"otel_scope_name": true},
+		"tidemark_consumer_lag":                   {group: true, topic: true},
+		"tidemark_records_in_flight":              {group: true},
+		"tidemark_commit_duration_seconds_bucket": {group: true, "le": true},
+	}
+	vars := []variable{{"group", group}, {"topic", topic}, {"instance", "instance"}}
+	for _, tt := range []struct {
+		expr             string
+		labels, unfilter int // problems each check finds
+	}{
+		{`sum by (instance) (rate(tidemark_partitions_pauses_total{messaging_consumer_group_name=~"$group", instance=~"$instance"}[5m]))`, 1, 0},
+		{`sum by (instance) (rate(tidemark_partitions_pauses_total{instance=~"$instance"}[5m]))`, 0, 0},
+		{`sum by (instance) (rate(tidemark_partitions_pauses_total[5m]))`, 0, 1},
+		{`sum by (messaging_destination_name) (tidemark_records_in_flight{messaging_consumer_group_name=~"$group", instance=~"$instance"})`, 1, 0},
+		{`max by (messaging_destination_name) (tidemark_consumer_lag{messaging_consumer_group_name=~"$group", instance=~"$instance"})`, 0, 1},
+		{`max by (messaging_destination_name) (tidemark_consumer_lag{messaging_consumer_group_name=~"$group", messaging_destination_name=~"$topic", instance=~"$instance"})`, 0, 0},
+		{`histogram_quantile(0.9, sum by (le) (rate(tidemark_commit_duration_seconds_bucket{messaging_consumer_group_name=~"$group", instance=~"${instance}"}[5m])))`, 0, 0},
+		{`sum(tidemark_records_in_flight) by (instance)`, 1, 2},
+	} {
+		q := query{where: "q", expr: tt.expr, panel: true}
+		if got := unservedLabels(q, served); len(got) != tt.labels {
+			t.Errorf("unservedLabels(%s) = %q, want %d", tt.expr, got, tt.labels)
+		}
+		if got := unfilteredVars(q, vars, served); len(got) != tt.unfilter {
+			t.Errorf("unfilteredVars(%s) = %q, want %d", tt.expr, got, tt.unfilter)
+		}
+	}
+}
+
+// seriesLabels parses the labels of a sample line or a series
+// (name{a="x",...}) into name and label → value.
+func seriesLabels(line string) (string, map[string]string) {
+	name, rest, _ := strings.Cut(line, "{")
+	name, _, _ = strings.Cut(name, " ")
+	ls := map[string]string{}
+	if i := strings.LastIndex(rest, "}"); i >= 0 {
+		for _, m := range sampleLabel.FindAllStringSubmatch(rest[:i], -1) {
+			ls[m[1]] = m[2]
+		}
+	}
+	return name, ls
+}
+
+var testSeries = regexp.MustCompile(`(?m)^\s*- series:\s*'([^']*)'`)
+
+// unlikeTestSeries lists how the input series of the promtool rule tests
+// differ from what /metrics serves (text): each must be a served metric,
+// carry every label that each of its served samples carries with a value
+// (an empty one Prometheus drops), the otel_scope_* ones with the served
+// value, and no label that none carries, but job and instance. up, which
+// Prometheus writes, is left out.
+func unlikeTestSeries(t *testing.T, text string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(rulesTestFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string][]map[string]string{}
+	for line := range strings.Lines(text) {
+		if line = strings.TrimSpace(line); line == "" || line[0] == '#' {
+			continue
+		}
+		name, ls := seriesLabels(line)
+		maps.DeleteFunc(ls, func(_, v string) bool { return v == "" })
+		served[name] = append(served[name], ls)
+	}
+	var out []string
+	found := testSeries.FindAllStringSubmatch(string(raw), -1)
+	if len(found) < 10 {
+		t.Fatalf("%s: %d input series read: the file is not written as this test reads it", rulesTestFile, len(found))
+	}
+	for _, m := range found {
+		name, ls := seriesLabels(m[1])
+		if name == "up" {
+			continue
+		}
+		samples := served[name]
+		if len(samples) == 0 {
+			out = append(out, fmt.Sprintf("%s is no metric /metrics serves", m[1]))
+			continue
+		}
+		any := map[string]bool{"job": true, "instance": true}
+		for _, s := range samples {
+			for l := range s {
+				any[l] = true
+			}
+		}
+		for l, v := range samples[0] {
+			every := !slices.ContainsFunc(samples, func(s map[string]string) bool { return s[l] == "" })
+			switch {
+			case !every:
+			case ls[l] == "":
+				out = append(out, fmt.Sprintf("%s lacks %s=%q, which every sample of %s carries", m[1], l, v, name))
+			case strings.HasPrefix(l, "otel_scope_") && ls[l] != v:
+				out = append(out, fmt.Sprintf("%s has %s=%q; /metrics serves %q", m[1], l, ls[l], v))
+			}
+		}
+		for _, l := range slices.Sorted(maps.Keys(ls)) {
+			if !any[l] {
+				out = append(out, fmt.Sprintf("%s has %s, which no sample of %s carries", m[1], l, name))
+			}
+		}
+	}
+	return out
 }
