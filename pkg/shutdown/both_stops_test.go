@@ -12,7 +12,7 @@ import (
 )
 
 // TestReserveHoldsWhenStopComesBeforeRunsCtxEnds is
-// TestReviewReserveHoldsWhenRunsCtxEndsToo in the other order: the
+// TestReserveHoldsWhenRunsCtxEndsToo in the other order: the
 // coordinator's ShutdownWithin reaches the runner first, then Run's ctx
 // (signal.NotifyContext's) ends. Reserve's split holds either way: the
 // handler past the drain is cancelled at 6 s and records 0 and 1 are

@@ -12,17 +12,17 @@ import (
 	"github.com/tidemark/tidemark/pkg/shutdown"
 )
 
-// TestReviewCloserOutOfTimeIsNotExit3 (fails): the runner stops cleanly at
+// TestCloserOutOfTimeIsNotExit3: the runner stops cleanly at
 // once; a closer then runs out of its ctx, as http.Server.Shutdown does
 // when a request is still open at the budget (it returns ctx.Err()).
 // Nothing of the drain or the final commit went wrong, so by ExitCode's doc
 // ("3 when the drain budget ran out or the final commit was not
 // acknowledged (records were left to the next owner ...) ... 1
 // otherwise") and docs/operations.md's Exit status list, the status is 1.
-// ExitCode matches context.DeadlineExceeded anywhere in the joined error
+// ExitCode once matched context.DeadlineExceeded anywhere in the joined error
 // and answers 3, telling the operator that records were left to the next
 // owner when none were.
-func TestReviewCloserOutOfTimeIsNotExit3(t *testing.T) {
+func TestCloserOutOfTimeIsNotExit3(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRunner{start: time.Now()}
 		c, err := shutdown.NewCoordinator(drainer{f}, shutdown.Budget(20*time.Second),
@@ -43,13 +43,13 @@ func TestReviewCloserOutOfTimeIsNotExit3(t *testing.T) {
 	})
 }
 
-// TestReviewWaitOnAClosedSignalChannel (fails): a program that asks for
+// TestWaitOnAClosedSignalChannel: a program that asks for
 // the stop by closing its channel (the Go idiom for "stop", e.g. a test
 // or a supervisor that stops the service) makes Wait receive a nil
-// os.Signal, and Wait's log line calls sig.String() on it: a nil pointer
+// os.Signal; Wait's log line once called sig.String() on it: a nil pointer
 // panic instead of a graceful stop. Stop's second-signal case has the same
 // call (sig.String() in its Warn).
-func TestReviewWaitOnAClosedSignalChannel(t *testing.T) {
+func TestWaitOnAClosedSignalChannel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRunner{start: time.Now()}
 		c, err := shutdown.NewCoordinator(drainer{f}, shutdown.Budget(20*time.Second))
@@ -67,18 +67,18 @@ func TestReviewWaitOnAClosedSignalChannel(t *testing.T) {
 	})
 }
 
-// TestReviewReserveHoldsWhenRunsCtxEndsToo (fails): a program that keeps
+// TestReserveHoldsWhenRunsCtxEndsToo: a program that keeps
 // the README's signal.NotifyContext for Run's ctx and adds the
 // coordinator (docs/operations.md says nothing against it) gets both on
 // one SIGTERM: Run's ctx ends, and Stop calls ShutdownWithin. The
-// runner's first stop wins ("a second stop changes nothing",
+// runner's first stop once won ("a second stop changes nothing",
 // pollState.stop): the drain runs for DrainBudget (10s) with no final
 // commit deadline, past the coordinator's 6s drain end and its 9s runner
 // end. At 9s the coordinator closes the runner: the handler is cancelled
 // at 9s, not 6s, and no final commit is made at all — records 0 and 1,
 // handled, are replayed by the next owner, where the Reserve split would
 // have committed them at 6s.
-func TestReviewReserveHoldsWhenRunsCtxEndsToo(t *testing.T) {
+func TestReserveHoldsWhenRunsCtxEndsToo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		src := runnertest.New()
 		for off := range int64(3) {

@@ -7,10 +7,10 @@ import (
 	"github.com/tidemark/tidemark/tools/manifests"
 )
 
-// TestReviewComposeMutations (fails): edits of docker-compose.yml that
+// TestComposeBrokenBroker: edits of docker-compose.yml that
 // leave the orders service unable to reach the broker or be reached, and
-// that CheckOrders accepts.
-func TestReviewComposeMutations(t *testing.T) {
+// that CheckOrders must refuse (it once accepted them).
+func TestComposeBrokenBroker(t *testing.T) {
 	base, err := os.ReadFile(composeFile)
 	if err != nil {
 		t.Fatal(err)

@@ -56,9 +56,9 @@ var reviewMutations = []mutation{
 		wantInErrs: []string{"TIDEMARK_KAFKA_BROKERS"}},
 }
 
-// TestReviewKitMutations (fails): the check accepts each of
-// reviewMutations.
-func TestReviewKitMutations(t *testing.T) {
+// TestKitMutations: the check refuses each of reviewMutations, edits
+// that would fail on a cluster (it once accepted them).
+func TestKitMutations(t *testing.T) {
 	base := readKit(t)
 	for _, m := range reviewMutations {
 		t.Run(m.name, func(t *testing.T) {
@@ -82,9 +82,9 @@ func TestReviewKitMutations(t *testing.T) {
 	}
 }
 
-// TestReviewKitMutationsThatHold: mutations the check refuses today, kept
+// TestKitMutationsThatHold: mutations the check refuses today, kept
 // so that it goes on refusing them.
-func TestReviewKitMutationsThatHold(t *testing.T) {
+func TestKitMutationsThatHold(t *testing.T) {
 	base := readKit(t)
 	for _, m := range []mutation{
 		{name: "grace period as a string", file: "statefulset.yaml", old: "terminationGracePeriodSeconds: 25", new: `terminationGracePeriodSeconds: "25"`},

@@ -8,14 +8,14 @@ import (
 	"testing"
 )
 
-// TestReviewReadmeNoopRatioIsTheReports (fails): README.md's "Honest
+// TestReadmeNoopRatioIsTheReports: README.md's "Honest
 // limits" gives the no-op ratio of tidemark over franz as "a median
 // 0.50× (0.37–0.61 over six runs)", and 0.72× as the figure "before the
 // record copy", while docs/bench/bench.json (and the generated table of
 // docs/performance.md, and its "Reading the table") has 0.77× over five
 // paired runs, 0.72× over 18. The README's figure is a hand copy outside
-// any generated region, and it is stale.
-func TestReviewReadmeNoopRatioIsTheReports(t *testing.T) {
+// any generated region, and it was stale.
+func TestReadmeNoopRatioIsTheReports(t *testing.T) {
 	reps, err := readBenchReports(filepath.Join(root, "docs", "bench"))
 	if err != nil {
 		t.Fatal(err)
@@ -42,14 +42,14 @@ func TestReviewReadmeNoopRatioIsTheReports(t *testing.T) {
 	}
 }
 
-// TestReviewProseFiguresFollowTheReport (fails): the generated regions
+// TestProseFiguresFollowTheReport: the generated regions
 // are not the only copies of bench.json's figures. After a new make bench
 // whose 5 ms row over franz reaches 80% of the theory and whose no-op
 // ratio is 0.70×, `tidemark-bench -write-docs` rewrites the table, and
 // docs/performance.md still says "met (86% over franz" and "0.77× over 5
 // paired runs" and "reaches 0.77× the plain franz loop in this run" —
-// TestDocsGenerated passes on a document that contradicts its own table.
-func TestReviewProseFiguresFollowTheReport(t *testing.T) {
+// TestDocsGenerated passed on a document that contradicts its own table.
+func TestProseFiguresFollowTheReport(t *testing.T) {
 	reps, err := readBenchReports(filepath.Join(root, "docs", "bench"))
 	if err != nil {
 		t.Fatal(err)
