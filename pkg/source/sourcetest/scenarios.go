@@ -658,7 +658,7 @@ func cooperative(t *testing.T, f Factory) {
 	}
 	reassigned := false
 	for _, ev := range evs {
-		if ev.kind == assigned && ev.at.After(first.at) {
+		if ev.kind == assigned && len(ev.tps) > 0 && ev.at.After(first.at) {
 			reassigned = true
 		}
 	}
@@ -715,8 +715,24 @@ func static(t *testing.T, f Factory) {
 		if got := a2.spy.ownedSet(); !slices.Equal(got, ownedA) {
 			t.Errorf("static: the restarted member owns %v, want its old partitions %v", got, ownedA)
 		}
-		if evs := b.spy.eventsSince(mark); len(evs) > 0 {
-			t.Errorf("static: the other member saw %d ownership changes during the restart (first: %s %v)", len(evs), evs[0].kind, evs[0].tps)
+		// An empty report changes no ownership: franz reports one at the
+		// start of every group session, and the coordinator may run a
+		// rebalance that moves nothing when the restarted member was the
+		// leader. What static membership promises is that the other
+		// member keeps its partitions throughout.
+		var changes, empty []event
+		for _, ev := range b.spy.eventsSince(mark) {
+			if len(ev.tps) == 0 {
+				empty = append(empty, ev)
+				continue
+			}
+			changes = append(changes, ev)
+		}
+		if len(changes) > 0 {
+			t.Errorf("static: the other member saw %d ownership changes during the restart (first: %s %v)", len(changes), changes[0].kind, changes[0].tps)
+		}
+		if len(empty) > 0 {
+			t.Logf("static: the other member saw %d empty reports during the restart (a session that moved nothing)", len(empty))
 		}
 		for _, m := range []*member{a2, b} {
 			if err := m.stop(); err != nil {
@@ -724,7 +740,7 @@ func static(t *testing.T, f Factory) {
 			}
 			m.spy.check(t, m.name)
 		}
-		t.Logf("capability static: present; a restart within the session timeout kept %v without a rebalance", ownedA)
+		t.Logf("capability static: present; a restart within the session timeout kept %v, and the other member its partitions", ownedA)
 		return
 	}
 	if ids[idA] || ids[idB] {
