@@ -67,18 +67,29 @@ func TestWaitOnAClosedSignalChannel(t *testing.T) {
 	})
 }
 
-// TestReserveHoldsWhenRunsCtxEndsToo: a program that keeps
-// the README's signal.NotifyContext for Run's ctx and adds the
-// coordinator (docs/operations.md says nothing against it) gets both on
-// one SIGTERM: Run's ctx ends, and Stop calls ShutdownWithin. The
-// runner's first stop once won ("a second stop changes nothing",
-// pollState.stop): the drain runs for DrainBudget (10s) with no final
-// commit deadline, past the coordinator's 6s drain end and its 9s runner
-// end. At 9s the coordinator closes the runner: the handler is cancelled
-// at 9s, not 6s, and no final commit is made at all — records 0 and 1,
-// handled, are replayed by the next owner, where the Reserve split would
-// have committed them at 6s.
+// TestReserveHoldsWhenRunsCtxEndsToo: a program that keeps the README's
+// signal.NotifyContext for Run's ctx and adds the coordinator gets both
+// on one SIGTERM: Run's ctx ends, and Stop calls ShutdownWithin, in
+// either order. The runner once kept the first stop ("a second stop
+// changes nothing"): with Run's ctx first, the drain ran for DrainBudget
+// (10s) with no final-commit deadline, past the coordinator's 6s drain
+// end and its 9s runner end; at 9s the coordinator closed the runner, so
+// the handler was cancelled at 9s, not 6s, and no final commit was made —
+// records 0 and 1, handled, would be replayed by the next owner. Either
+// way Reserve's split must hold: the handler past the drain is cancelled
+// at 6s (10s − 3s − 1s), records 0 and 1 are committed by the final
+// commit, and the closers are called at 6s with 4s left.
 func TestReserveHoldsWhenRunsCtxEndsToo(t *testing.T) {
+	for _, ctxFirst := range []bool{true, false} {
+		name := "Run's ctx first"
+		if !ctxFirst {
+			name = "the coordinator's stop first"
+		}
+		t.Run(name, func(t *testing.T) { reserveHoldsWithBothStops(t, ctxFirst) })
+	}
+}
+
+func reserveHoldsWithBothStops(t *testing.T, ctxFirst bool) {
 	synctest.Test(t, func(t *testing.T) {
 		src := runnertest.New()
 		for off := range int64(3) {
@@ -98,6 +109,7 @@ func TestReserveHoldsWhenRunsCtxEndsToo(t *testing.T) {
 			t.Fatal(err)
 		}
 		runCtx, signalled := context.WithCancel(context.Background()) // signal.NotifyContext's ctx
+		defer signalled()
 		runErr := make(chan error, 1)
 		go func() { runErr <- r.Run(runCtx) }()
 		if err := src.Assign(context.Background(), runner.TP{Topic: topic}); err != nil {
@@ -105,15 +117,32 @@ func TestReserveHoldsWhenRunsCtxEndsToo(t *testing.T) {
 		}
 		synctest.Wait() // 0 and 1 handled, 2 running
 		start = time.Now()
-		signalled() // the SIGTERM ends Run's ctx ...
-		synctest.Wait()
-		// ... and the coordinator stops the runner.
-		_, err = stopOnce(t, r, start, shutdown.Budget(10*time.Second), shutdown.Reserve(3*time.Second, time.Second))
+		if ctxFirst {
+			signalled()
+			synctest.Wait()
+		}
+		type stopped struct {
+			cl  *closerLeft
+			err error
+		}
+		stop := make(chan stopped, 1)
+		go func() {
+			cl, err := stopOnce(t, r, start, shutdown.Budget(10*time.Second), shutdown.Reserve(3*time.Second, time.Second))
+			stop <- stopped{cl, err}
+		}()
+		if !ctxFirst {
+			synctest.Wait() // the coordinator's stop reached the runner ...
+			signalled()     // ... then the SIGTERM ends Run's ctx
+		}
+		s := <-stop
 		if at := <-cancelledAt; at != 6*time.Second {
 			t.Errorf("the handler past the drain was cancelled %v after the signal, want 6s (10s − 3s − 1s, Reserve's split)", at)
 		}
 		if off, ok := src.Committed(runner.TP{Topic: topic}); !ok || off != 2 {
-			t.Errorf("committed %d (%v), want 2: the final commit of records 0 and 1 (Stop = %v)", off, ok, err)
+			t.Errorf("committed %d (%v), want 2: the final commit of records 0 and 1 (Stop = %v)", off, ok, s.err)
+		}
+		if s.cl.at != 6*time.Second || s.cl.left != 4*time.Second {
+			t.Errorf("closers called %v after the signal with %v left, want at 6s with 4s", s.cl.at, s.cl.left)
 		}
 		<-runErr
 	})
