@@ -1,0 +1,49 @@
+package status_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/runner/runnertest"
+	"github.com/tidemark/tidemark/pkg/status"
+)
+
+// TestPageAfterRunReturned: once Run returned the runner owns nothing and
+// is in no group; the page must not go on showing the partitions of its
+// last snapshot as owned, nor the member as joined.
+func TestPageAfterRunReturned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		tp := runner.TP{Topic: "t", Partition: 0}
+		r, err := runner.New(src, runner.Handle("t", func(context.Context, runner.Record) error { return nil }),
+			runner.CommitInterval(2*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- r.Run(context.Background()) }()
+		if err := src.Assign(context.Background(), tp); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		if err := r.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		_, body := get(t, status.New(r).Handler(), "/tidemark.json")
+		var d status.Doc
+		if err := json.Unmarshal([]byte(body), &d); err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Partitions) != 0 || d.Member.Joined {
+			t.Errorf("after Run returned the page shows %d partitions owned and joined=%v, want none and not joined (stopping=%v)", len(d.Partitions), d.Member.Joined, d.Stopping)
+		}
+	})
+}
