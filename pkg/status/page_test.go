@@ -81,10 +81,19 @@ func newFake() *fake {
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
+// local makes a path a URL on a loopback address: httptest's default
+// Host, example.com, is a DNS name the page refuses (see TestHosts).
+func local(path string) string {
+	if strings.HasPrefix(path, "/") {
+		return "http://127.0.0.1:8081" + path
+	}
+	return path
+}
+
 func get(t *testing.T, h http.Handler, path string) (*http.Response, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", local(path), nil))
 	return rec.Result(), rec.Body.String()
 }
 
@@ -155,7 +164,7 @@ func TestPageJSON(t *testing.T) {
 }
 
 func post(h http.Handler, path string, form url.Values, hdr map[string]string) *http.Response {
-	req := httptest.NewRequest("POST", path, strings.NewReader(form.Encode()))
+	req := httptest.NewRequest("POST", local(path), strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	for k, v := range hdr {
 		req.Header.Set(k, v)
