@@ -7,6 +7,7 @@ import (
 )
 
 func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *error) error {
+	defer r.publishStopped() // however the loop ends
 	ticker := time.NewTicker(r.cfg.commitInterval)
 	defer ticker.Stop()
 	r.drainTimer = time.NewTimer(time.Hour)

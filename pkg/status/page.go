@@ -240,10 +240,13 @@ type Doc struct {
 	// LoopAt is when the runner last refreshed its stats.
 	LoopAt   time.Time `json:"loop_at"`
 	Stopping bool      `json:"stopping"`
-	InFlight int       `json:"in_flight"`
-	Buffered int       `json:"buffered"`
-	Bytes    int64     `json:"bytes"`
-	Member   Member    `json:"member"`
+	// Stopped: the runner's poll loop ended (Run returns or returned); it
+	// owns no partition and is in no group.
+	Stopped  bool   `json:"stopped"`
+	InFlight int    `json:"in_flight"`
+	Buffered int    `json:"buffered"`
+	Bytes    int64  `json:"bytes"`
+	Member   Member `json:"member"`
 	// Controls says whether the pause and resume endpoints are on.
 	Controls       bool           `json:"controls"`
 	OperatorPaused OperatorPaused `json:"operator_paused"`
@@ -340,7 +343,7 @@ func (p *Page) doc() Doc {
 	s := p.r.Stats()
 	op := p.r.OperatorPaused()
 	d := Doc{
-		GeneratedAt: p.now().UTC(), LoopAt: s.LoopAt, Stopping: s.Stopping, InFlight: s.InFlight,
+		GeneratedAt: p.now().UTC(), LoopAt: s.LoopAt, Stopping: s.Stopping, Stopped: s.Stopped, InFlight: s.InFlight,
 		Buffered: s.Buffered, Bytes: s.Bytes, Controls: p.controls, KeysHidden: p.hideKeys,
 		RefreshSeconds: int(p.refresh / time.Second),
 		OperatorPaused: OperatorPaused{Topics: op.Topics, Partitions: []string{}},

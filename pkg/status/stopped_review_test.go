@@ -47,3 +47,25 @@ func TestPageAfterRunReturned(t *testing.T) {
 		}
 	})
 }
+
+// TestPageShowsStopped: the snapshot of a stopped runner shows as
+// "stopped" on the page and in its JSON, with no partition and not joined.
+func TestPageShowsStopped(t *testing.T) {
+	f := newFake()
+	f.stats = runner.Stats{Stopping: true, Stopped: true, Member: runner.MemberStats{Group: "orders"}}
+	h := status.New(f).Handler()
+	_, page := get(t, h, "/tidemark")
+	for _, want := range []string{`<b id="state" class="bad">stopped</b>`, "No partition assigned", `<span id="joined" class="bad">not joined</span>`} {
+		if !contains(page, want) {
+			t.Errorf("the page of a stopped runner lacks %q:\n%s", want, page)
+		}
+	}
+	_, body := get(t, h, "/tidemark.json")
+	var d status.Doc
+	if err := json.Unmarshal([]byte(body), &d); err != nil {
+		t.Fatal(err)
+	}
+	if !d.Stopped || !d.Stopping || len(d.Partitions) != 0 {
+		t.Errorf("JSON of a stopped runner: stopped=%v stopping=%v partitions=%d", d.Stopped, d.Stopping, len(d.Partitions))
+	}
+}

@@ -57,7 +57,7 @@ form { display: inline; } .box { margin: .3em 0; }
 · {{if .Member.Joined}}<span id="joined">joined</span>{{else}}<span id="joined" class="bad">not joined</span>{{end}}
 · coordinator last answered {{with .Member.ContactAt}}{{when .}}{{else}}never{{end}}
 {{with .Member.ContactErr}}· <span class="bad">last error: <code>{{.}}</code></span>{{end}}</p>
-<p>stats of {{when .LoopAt}} (page {{when .GeneratedAt}} UTC){{if .Stopping}} · <b class="bad">stopping</b>{{end}}
+<p>stats of {{when .LoopAt}} (page {{when .GeneratedAt}} UTC){{if .Stopped}} · <b id="state" class="bad">stopped</b>{{else if .Stopping}} · <b id="state" class="bad">stopping</b>{{end}}
 · {{.InFlight}} in flight · {{.Buffered}} fetched and unfinished · {{.Bytes}} bytes charged</p>
 
 <h2>Partitions</h2>
