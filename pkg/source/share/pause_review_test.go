@@ -2,6 +2,7 @@ package share_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,10 @@ import (
 // partition. Over the share source, a pause of partition 0 stops the
 // member's every session (a session does not poll while any partition is
 // paused): partition 1's records are not consumed either.
+//
+// Changed after the fix: the runner now refuses an operator's pause over a
+// share source (runner.ErrPauseShared) rather than stop every partition,
+// so the test asserts the refusal, and that partition 1 is still consumed.
 func TestOperatorPauseOfOnePartition(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
 	if err != nil {
@@ -58,8 +63,11 @@ func TestOperatorPauseOfOnePartition(t *testing.T) {
 	produce(0)
 	produce(1)
 	waitFor(t, "one record of each partition handled", func() bool { return handled[0].Load() == 1 && handled[1].Load() == 1 })
-	if err := r.PausePartitions(context.Background(), runner.TP{Topic: "t", Partition: 0}); err != nil {
-		t.Fatal(err)
+	if err := r.PausePartitions(context.Background(), runner.TP{Topic: "t", Partition: 0}); !errors.Is(err, runner.ErrPauseShared) {
+		t.Fatalf("PausePartitions over a share source: %v, want runner.ErrPauseShared", err)
+	}
+	if err := r.PauseTopics(context.Background(), "t"); !errors.Is(err, runner.ErrPauseShared) {
+		t.Fatalf("PauseTopics over a share source: %v, want runner.ErrPauseShared", err)
 	}
 	produce(1)
 	deadline := time.Now().Add(10 * time.Second)
