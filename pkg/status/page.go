@@ -206,7 +206,12 @@ func (p *Page) control(pause bool) http.Handler {
 			verb = "paused"
 		}
 		if req.Form.Get("from") == "page" {
-			http.Redirect(w, req, "/tidemark", http.StatusSeeOther)
+			// Relative, so that the page works behind a proxy that
+			// mounts it under a path prefix: from .../tidemark/pause back
+			// to .../tidemark. (http.Redirect would make it absolute
+			// from the path this server sees, without the prefix.)
+			w.Header().Set("Location", "../tidemark")
+			w.WriteHeader(http.StatusSeeOther)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

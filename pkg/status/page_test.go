@@ -225,3 +225,32 @@ func TestControls(t *testing.T) {
 		t.Errorf("a refused resume: %d, want 409", res.StatusCode)
 	}
 }
+
+// TestPageUnderAPrefix: mounted under a path prefix (a proxy's /ops/), the
+// page's forms post to, and the redirect after a pause comes back to, URLs
+// under the prefix.
+func TestPageUnderAPrefix(t *testing.T) {
+	h := http.StripPrefix("/ops", status.New(newFake(), status.Controls(true)).Handler())
+	pageURL, _ := url.Parse("http://127.0.0.1:8081/ops/tidemark")
+	_, body := get(t, h, pageURL.String())
+	for n := range 3 { // the fake's paused topic's resume, then pause and resume
+		i := strings.Index(body, `action="`)
+		if i < 0 {
+			t.Fatalf("no form on the page:\n%s", body)
+		}
+		body = body[i+len(`action="`):]
+		ref, _ := url.Parse(body[:strings.IndexByte(body, '"')])
+		if got := pageURL.ResolveReference(ref).Path; got != "/ops/tidemark/pause" && got != "/ops/tidemark/resume" {
+			t.Errorf("form %d posts to %s, want under /ops/tidemark/", n, got)
+		}
+	}
+	postURL, _ := url.Parse("http://127.0.0.1:8081/ops/tidemark/pause")
+	res := post(h, postURL.String(), url.Values{"topic": {"orders"}, "from": {"page"}}, nil)
+	loc, err := url.Parse(res.Header.Get("Location"))
+	if res.StatusCode != http.StatusSeeOther || err != nil {
+		t.Fatalf("POST from the page: %d, Location %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	if got := postURL.ResolveReference(loc).Path; got != "/ops/tidemark" {
+		t.Errorf("the redirect after a pause goes to %s, want /ops/tidemark", got)
+	}
+}
