@@ -108,10 +108,12 @@ type opView struct {
 // never lifts and a rebalance keeps (see the package's operator notes
 // above). Records already fetched still run and are committed. A partition
 // not owned now is paused when it is assigned. It blocks until the poll
-// goroutine applied the pause (the source was told) or ctx is done; before
+// goroutine applied the pause (the source was told, and Stats shows it)
+// or ctx is done; before
 // Run it waits for Run. It returns an error wrapping ErrNotHandled for a
 // topic without a handler, ErrStopped once the runner stopped (or while it
-// stops), or ctx.Err(). It is safe for concurrent use.
+// stops), an error wrapping ErrPauseShared over a share group's source,
+// or ctx.Err(). It is safe for concurrent use.
 func (r *Runner) PausePartitions(ctx context.Context, tps ...TP) error {
 	return r.operate(ctx, &opCmd{pause: true, tps: tps})
 }
