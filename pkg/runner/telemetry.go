@@ -694,8 +694,9 @@ type Stats struct {
 	Stopping bool
 	// Stopped is true once the poll goroutine ended (Run returns or
 	// returned): the runner owns no partition and is in no group, so
-	// Partitions is empty, the counts are zero, Stopping is true and
-	// Member.Joined is false. LoopAt is when the loop ended.
+	// Partitions is empty, the counts are zero and Member.Joined is
+	// false; Stopping says whether a shutdown had begun (false after Close
+	// or a source failure). LoopAt is when the loop ended.
 	Stopped  bool
 	InFlight int
 	Buffered int
@@ -889,7 +890,10 @@ func (s *pollState) oldest(ps *partState) oldestRecord {
 // the partitions it still held are no longer served (Run cancels their
 // handlers), so a status page must not show them as owned.
 func (r *Runner) publishStopped() {
-	s := Stats{LoopAt: r.poll.now(), Stopping: true, Stopped: true}
+	// Stopping stays what it was: true after a shutdown, false when the
+	// loop ended on Close or a source failure. Liveness probes tell the
+	// two apart by it (a runner that stopped without a shutdown is dead).
+	s := Stats{LoopAt: r.poll.now(), Stopping: r.poll.stopping, Stopped: true}
 	r.stats.mu.Lock()
 	r.stats.s = s
 	r.stats.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/runner/runnertest"
+	"github.com/tidemark/tidemark/pkg/shutdown"
 	"github.com/tidemark/tidemark/pkg/status"
 )
 
@@ -68,4 +69,39 @@ func TestPageShowsStopped(t *testing.T) {
 	if !d.Stopped || !d.Stopping || len(d.Partitions) != 0 {
 		t.Errorf("JSON of a stopped runner: stopped=%v stopping=%v partitions=%d", d.Stopped, d.Stopping, len(d.Partitions))
 	}
+}
+
+// TestStoppedWithoutShutdown: a runner closed without a shutdown (as after
+// a source failure) publishes its stopped snapshot too, but not as
+// stopping: liveness tells a runner that died from one that was shut down
+// by Stopping, and must fail for the first.
+func TestStoppedWithoutShutdown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := runnertest.New()
+		r, err := runner.New(src, runner.Handle("t", func(context.Context, runner.Record) error { return nil }),
+			runner.CommitInterval(2*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		probes := shutdown.NewProbes(r, time.Second)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(context.Background()) }()
+		probes.Started()
+		if err := src.Assign(context.Background(), runner.TP{Topic: "t", Partition: 0}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		r.Close()
+		<-done
+		probes.Stopped()
+		s := r.Stats()
+		if !s.Stopped || s.Stopping || len(s.Partitions) != 0 || s.Member.Joined {
+			t.Errorf("after Close: stopped=%v stopping=%v partitions=%d joined=%v; want true, false, 0, false",
+				s.Stopped, s.Stopping, len(s.Partitions), s.Member.Joined)
+		}
+		if live, why := probes.Live(); live {
+			t.Errorf("a runner closed without a shutdown is live (%q)", why)
+		}
+	})
 }
