@@ -7,6 +7,7 @@ import (
 )
 
 func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *error) error {
+	defer r.publishStopped() // however the loop ends
 	ticker := time.NewTicker(r.cfg.commitInterval)
 	defer ticker.Stop()
 	r.drainTimer = time.NewTimer(time.Hour)
@@ -19,6 +20,18 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 		select {
 		case req := <-r.sinkCh:
 			a = r.poll.reported(req)
+			if req.kind == sinkOperator {
+				// Refresh the snapshot before answering: a status page
+				// that redirects to itself after a pause must show it,
+				// not the stats of up to a commit interval before.
+				ans := a.answer
+				a.answer = reply{}
+				r.carryOut(a)
+				r.carryOut(r.poll.settle())
+				r.publishStats()
+				ans.send()
+				continue
+			}
 		case <-r.doneq.signal:
 			a = r.poll.tasksFinished(r.doneq.take())
 		case c := <-r.commitRes:

@@ -38,6 +38,15 @@ import (
 // pause for it would never apply to anything.
 var ErrNotHandled = errors.New("runner: topic has no handler")
 
+// ErrPauseShared is returned (wrapped, naming what was asked) by
+// PausePartitions and PauseTopics over a Settler source (a share group).
+// There the broker decides which records each member gets, and the share
+// source cannot leave one partition out of its fetches: it stops polling
+// altogether while any partition is paused, so a pause of one partition or
+// topic would stop every one. It refuses rather than stop more than it was
+// asked to; to stop a share consumer, stop it (or scale it down).
+var ErrPauseShared = errors.New("runner: a share group's source cannot pause one partition or topic alone")
+
 // OperatorPauses is what an operator paused: whole topics, and single
 // partitions (of topics not paused as a whole), each sorted. Partitions
 // need not be owned: a pause of a partition another member owns applies
@@ -54,6 +63,24 @@ type opCmd struct {
 	tps    []TP
 	view   OperatorPauses // the pauses after the request, set by the poll goroutine
 	seq    uint64         // which request of the poll goroutine's it was
+}
+
+// String names what c asks for, for errors: "partitions t/0 t/1", "topics t".
+func (c *opCmd) String() string {
+	var b strings.Builder
+	if len(c.tps) > 0 {
+		b.WriteString("partitions")
+		for _, tp := range c.tps {
+			b.WriteString(" " + tp.String())
+		}
+	}
+	if len(c.topics) > 0 {
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("topics " + strings.Join(c.topics, " "))
+	}
+	return b.String()
 }
 
 // opState is the poll goroutine's record of the operator's pauses.
@@ -81,10 +108,12 @@ type opView struct {
 // never lifts and a rebalance keeps (see the package's operator notes
 // above). Records already fetched still run and are committed. A partition
 // not owned now is paused when it is assigned. It blocks until the poll
-// goroutine applied the pause (the source was told) or ctx is done; before
+// goroutine applied the pause (the source was told, and Stats shows it)
+// or ctx is done; before
 // Run it waits for Run. It returns an error wrapping ErrNotHandled for a
 // topic without a handler, ErrStopped once the runner stopped (or while it
-// stops), or ctx.Err(). It is safe for concurrent use.
+// stops), an error wrapping ErrPauseShared over a share group's source,
+// or ctx.Err(). It is safe for concurrent use.
 func (r *Runner) PausePartitions(ctx context.Context, tps ...TP) error {
 	return r.operate(ctx, &opCmd{pause: true, tps: tps})
 }
@@ -138,6 +167,9 @@ func (r *Runner) operate(ctx context.Context, c *opCmd) error {
 		if tp.Partition < 0 {
 			return fmt.Errorf("runner: %s partition %s: negative partition", what, tp)
 		}
+	}
+	if _, settled := r.src.(Settler); settled && c.pause {
+		return fmt.Errorf("runner: pause %s: %w", c, ErrPauseShared)
 	}
 	if r.state.Load() == lifeStopped {
 		return ErrStopped

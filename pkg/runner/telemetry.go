@@ -692,6 +692,12 @@ type Stats struct {
 	LoopAt time.Time
 	// Stopping is true once a shutdown began.
 	Stopping bool
+	// Stopped is true once the poll goroutine ended (Run returns or
+	// returned): the runner owns no partition and is in no group, so
+	// Partitions is empty, the counts are zero and Member.Joined is
+	// false; Stopping says whether a shutdown had begun (false after Close
+	// or a source failure). LoopAt is when the loop ended.
+	Stopped  bool
 	InFlight int
 	Buffered int
 	// Bytes is what the runner charges against MaxBufferedBytes: its
@@ -799,6 +805,11 @@ func (r *Runner) Stats() Stats {
 	s.Partitions = append([]PartitionStats(nil), s.Partitions...)
 	r.stats.mu.Unlock()
 	s.Member = r.memberStats() // outside the lock: it calls the source
+	if s.Stopped {
+		// The member may not have seen its leave yet; a stopped runner is
+		// in no group whatever it last heard.
+		s.Member.Joined = false
+	}
 	return s
 }
 
@@ -873,6 +884,20 @@ func (s *pollState) oldest(ps *partState) oldestRecord {
 		o.age, o.state, o.attempts, o.err = now.Sub(ps.fencedAt), Fenced, 1, ps.fencedErr
 	}
 	return o
+}
+
+// publishStopped publishes the last snapshot, when the poll loop ended:
+// the partitions it still held are no longer served (Run cancels their
+// handlers), so a status page must not show them as owned.
+func (r *Runner) publishStopped() {
+	// Stopping stays what it was: true after a shutdown, false when the
+	// loop ended on Close or a source failure. Liveness probes tell the
+	// two apart by it (a runner that stopped without a shutdown is dead).
+	s := Stats{LoopAt: r.poll.now(), Stopping: r.poll.stopping, Stopped: true}
+	r.stats.mu.Lock()
+	r.stats.s = s
+	r.stats.mu.Unlock()
+	r.stats.spare = nil
 }
 
 // publishStats refreshes the snapshot. It reuses the previous snapshot's

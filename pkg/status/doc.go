@@ -19,4 +19,9 @@
 // port-forward): it has no authentication of its own. It refuses
 // cross-origin browser requests (net/http's CrossOriginProtection), and
 // never changes anything on GET.
+//
+// Every route, reads included, answers 421 to a Host that is not an IP
+// address or a loopback name, so that a page whose DNS name an attacker
+// rebinds to this address can neither read the page nor use the
+// controls. Reached through a DNS name, pass it to AllowHosts.
 package status

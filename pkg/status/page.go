@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,6 +37,7 @@ type Page struct {
 	refresh  time.Duration
 	timeout  time.Duration
 	now      func() time.Time
+	hosts    map[string]bool // AllowHosts, lower case
 }
 
 // Option configures a Page.
@@ -57,6 +60,22 @@ func Refresh(d time.Duration) Option { return func(p *Page) { p.refresh = d } }
 // poll loop (default 10s).
 func ControlTimeout(d time.Duration) Option { return func(p *Page) { p.timeout = d } }
 
+// AllowHosts adds DNS names the page answers to (compared without the
+// port, case-insensitively), such as the name of the Service operators
+// reach it through. By default it answers only to requests whose Host is
+// an IP address or a loopback name ("localhost", "*.localhost"): see
+// Register for why. Each call adds to the names of the previous ones.
+func AllowHosts(names ...string) Option {
+	return func(p *Page) {
+		if p.hosts == nil {
+			p.hosts = map[string]bool{}
+		}
+		for _, n := range names {
+			p.hosts[strings.ToLower(strings.TrimSuffix(n, "."))] = true
+		}
+	}
+}
+
 // New returns the status page of r.
 func New(r Runner, opts ...Option) *Page {
 	p := &Page{r: r, refresh: 5 * time.Second, timeout: 10 * time.Second, now: time.Now}
@@ -69,16 +88,53 @@ func New(r Runner, opts ...Option) *Page {
 // Register adds the page's routes to mux: GET /tidemark (HTML), GET
 // /tidemark.json, and POST /tidemark/pause and /tidemark/resume (403
 // unless Controls is on).
+//
+// Every route answers 421 Misdirected Request to a Host that is not an IP
+// address, a loopback name or a name of AllowHosts. That is the guard
+// against DNS rebinding: a page at http://evil.example:8080 whose name is
+// rebound to 127.0.0.1 is same-origin to itself, so a browser would send
+// its requests to the page here with Host evil.example:8080 and let it
+// read the answers (keys included) and POST the controls, which
+// CrossOriginProtection lets through (Origin matches Host). A rebinding
+// attack needs a DNS name the attacker controls; an IP literal or a
+// loopback name cannot be rebound.
 func (p *Page) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /tidemark", p.serveHTML)
-	mux.HandleFunc("GET /tidemark.json", p.serveJSON)
+	mux.Handle("GET /tidemark", p.checkHost(http.HandlerFunc(p.serveHTML)))
+	mux.Handle("GET /tidemark.json", p.checkHost(http.HandlerFunc(p.serveJSON)))
 	// CrossOriginProtection refuses a POST a browser sends from another
-	// origin (Sec-Fetch-Site, or Origin against Host): a page elsewhere
-	// cannot pause a partition through an operator's browser. GET never
-	// changes anything.
+	// origin (Sec-Fetch-Site, or Origin against Host): with the Host
+	// checked, a page elsewhere cannot pause a partition through an
+	// operator's browser. GET never changes anything.
 	cop := http.NewCrossOriginProtection()
-	mux.Handle("POST /tidemark/pause", cop.Handler(p.control(true)))
-	mux.Handle("POST /tidemark/resume", cop.Handler(p.control(false)))
+	mux.Handle("POST /tidemark/pause", p.checkHost(cop.Handler(p.control(true))))
+	mux.Handle("POST /tidemark/resume", p.checkHost(cop.Handler(p.control(false))))
+}
+
+// checkHost refuses a request whose Host the page does not answer to (see
+// Register).
+func (p *Page) checkHost(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !p.hostAllowed(req.Host) {
+			http.Error(w, fmt.Sprintf("status: host %q is not an IP address, a loopback name or one of status.AllowHosts", text(req.Host, 100)),
+				http.StatusMisdirectedRequest)
+			return
+		}
+		h.ServeHTTP(w, req)
+	})
+}
+
+func (p *Page) hostAllowed(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), "."))
+	if host == "" {
+		return false
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	return host == "localhost" || strings.HasSuffix(host, ".localhost") || p.hosts[host]
 }
 
 // Handler returns a handler that serves the page's routes alone.
@@ -150,7 +206,12 @@ func (p *Page) control(pause bool) http.Handler {
 			verb = "paused"
 		}
 		if req.Form.Get("from") == "page" {
-			http.Redirect(w, req, "/tidemark", http.StatusSeeOther)
+			// Relative, so that the page works behind a proxy that
+			// mounts it under a path prefix: from .../tidemark/pause back
+			// to .../tidemark. (http.Redirect would make it absolute
+			// from the path this server sees, without the prefix.)
+			w.Header().Set("Location", "../tidemark")
+			w.WriteHeader(http.StatusSeeOther)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -184,10 +245,13 @@ type Doc struct {
 	// LoopAt is when the runner last refreshed its stats.
 	LoopAt   time.Time `json:"loop_at"`
 	Stopping bool      `json:"stopping"`
-	InFlight int       `json:"in_flight"`
-	Buffered int       `json:"buffered"`
-	Bytes    int64     `json:"bytes"`
-	Member   Member    `json:"member"`
+	// Stopped: the runner's poll loop ended (Run returns or returned); it
+	// owns no partition and is in no group.
+	Stopped  bool   `json:"stopped"`
+	InFlight int    `json:"in_flight"`
+	Buffered int    `json:"buffered"`
+	Bytes    int64  `json:"bytes"`
+	Member   Member `json:"member"`
 	// Controls says whether the pause and resume endpoints are on.
 	Controls       bool           `json:"controls"`
 	OperatorPaused OperatorPaused `json:"operator_paused"`
@@ -284,7 +348,7 @@ func (p *Page) doc() Doc {
 	s := p.r.Stats()
 	op := p.r.OperatorPaused()
 	d := Doc{
-		GeneratedAt: p.now().UTC(), LoopAt: s.LoopAt, Stopping: s.Stopping, InFlight: s.InFlight,
+		GeneratedAt: p.now().UTC(), LoopAt: s.LoopAt, Stopping: s.Stopping, Stopped: s.Stopped, InFlight: s.InFlight,
 		Buffered: s.Buffered, Bytes: s.Bytes, Controls: p.controls, KeysHidden: p.hideKeys,
 		RefreshSeconds: int(p.refresh / time.Second),
 		OperatorPaused: OperatorPaused{Topics: op.Topics, Partitions: []string{}},

@@ -81,10 +81,19 @@ func newFake() *fake {
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
+// local makes a path a URL on a loopback address: httptest's default
+// Host, example.com, is a DNS name the page refuses (see TestHosts).
+func local(path string) string {
+	if strings.HasPrefix(path, "/") {
+		return "http://127.0.0.1:8081" + path
+	}
+	return path
+}
+
 func get(t *testing.T, h http.Handler, path string) (*http.Response, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", local(path), nil))
 	return rec.Result(), rec.Body.String()
 }
 
@@ -155,7 +164,7 @@ func TestPageJSON(t *testing.T) {
 }
 
 func post(h http.Handler, path string, form url.Values, hdr map[string]string) *http.Response {
-	req := httptest.NewRequest("POST", path, strings.NewReader(form.Encode()))
+	req := httptest.NewRequest("POST", local(path), strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	for k, v := range hdr {
 		req.Header.Set(k, v)
@@ -214,5 +223,34 @@ func TestControls(t *testing.T) {
 	f.err = errors.New("runner: resume partition orders/1: its topic is paused as a whole")
 	if res := post(h, "/tidemark/resume", url.Values{"topic": {"orders"}, "partition": {"1"}}, nil); res.StatusCode != http.StatusConflict {
 		t.Errorf("a refused resume: %d, want 409", res.StatusCode)
+	}
+}
+
+// TestPageUnderAPrefix: mounted under a path prefix (a proxy's /ops/), the
+// page's forms post to, and the redirect after a pause comes back to, URLs
+// under the prefix.
+func TestPageUnderAPrefix(t *testing.T) {
+	h := http.StripPrefix("/ops", status.New(newFake(), status.Controls(true)).Handler())
+	pageURL, _ := url.Parse("http://127.0.0.1:8081/ops/tidemark")
+	_, body := get(t, h, pageURL.String())
+	for n := range 3 { // the fake's paused topic's resume, then pause and resume
+		i := strings.Index(body, `action="`)
+		if i < 0 {
+			t.Fatalf("no form on the page:\n%s", body)
+		}
+		body = body[i+len(`action="`):]
+		ref, _ := url.Parse(body[:strings.IndexByte(body, '"')])
+		if got := pageURL.ResolveReference(ref).Path; got != "/ops/tidemark/pause" && got != "/ops/tidemark/resume" {
+			t.Errorf("form %d posts to %s, want under /ops/tidemark/", n, got)
+		}
+	}
+	postURL, _ := url.Parse("http://127.0.0.1:8081/ops/tidemark/pause")
+	res := post(h, postURL.String(), url.Values{"topic": {"orders"}, "from": {"page"}}, nil)
+	loc, err := url.Parse(res.Header.Get("Location"))
+	if res.StatusCode != http.StatusSeeOther || err != nil {
+		t.Fatalf("POST from the page: %d, Location %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	if got := postURL.ResolveReference(loc).Path; got != "/ops/tidemark" {
+		t.Errorf("the redirect after a pause goes to %s, want /ops/tidemark", got)
 	}
 }

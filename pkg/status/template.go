@@ -57,7 +57,7 @@ form { display: inline; } .box { margin: .3em 0; }
 · {{if .Member.Joined}}<span id="joined">joined</span>{{else}}<span id="joined" class="bad">not joined</span>{{end}}
 · coordinator last answered {{with .Member.ContactAt}}{{when .}}{{else}}never{{end}}
 {{with .Member.ContactErr}}· <span class="bad">last error: <code>{{.}}</code></span>{{end}}</p>
-<p>stats of {{when .LoopAt}} (page {{when .GeneratedAt}} UTC){{if .Stopping}} · <b class="bad">stopping</b>{{end}}
+<p>stats of {{when .LoopAt}} (page {{when .GeneratedAt}} UTC){{if .Stopped}} · <b id="state" class="bad">stopped</b>{{else if .Stopping}} · <b id="state" class="bad">stopping</b>{{end}}
 · {{.InFlight}} in flight · {{.Buffered}} fetched and unfinished · {{.Bytes}} bytes charged</p>
 
 <h2>Partitions</h2>
@@ -93,11 +93,11 @@ form { display: inline; } .box { margin: .3em 0; }
 {{range .OperatorPaused.Topics}}topic <code>{{.}}</code> {{end}}{{range .OperatorPaused.Partitions}}partition <code>{{.}}</code> {{end}}
 {{else}}<span class="muted">none</span>{{end}}</p>
 {{if .Controls}}<div id="controls">
-{{range .OperatorPaused.Topics}}<form method="post" action="/tidemark/resume"><input type="hidden" name="from" value="page"><input type="hidden" name="topic" value="{{.}}"><button>resume topic {{.}}</button></form> {{end}}
-<div class="box"><form method="post" action="/tidemark/pause"><input type="hidden" name="from" value="page">
+{{range .OperatorPaused.Topics}}<form method="post" action="tidemark/resume"><input type="hidden" name="from" value="page"><input type="hidden" name="topic" value="{{.}}"><button>resume topic {{.}}</button></form> {{end}}
+<div class="box"><form method="post" action="tidemark/pause"><input type="hidden" name="from" value="page">
 topic <input name="topic" size="16" required> partition <input name="partition" size="4" placeholder="all">
 <button>pause</button></form>
-<form method="post" action="/tidemark/resume"><input type="hidden" name="from" value="page">
+<form method="post" action="tidemark/resume"><input type="hidden" name="from" value="page">
 topic <input name="topic" size="16" required> partition <input name="partition" size="4" placeholder="all">
 <button>resume</button></form></div>
 <p class="muted">An operator's pause stops fetching (records already fetched still run) until resumed; flow control never lifts it, and a partition revoked and assigned back to this process stays paused. It is this process's only and is forgotten on restart.</p>
