@@ -23,7 +23,8 @@
 //     unready; a Kafka outage makes every pod unready, which a
 //     PodDisruptionBudget turns into blocked node drains (docs/operations.md,
 //     "Readiness");
-//   - /statusz is the runner's Stats as JSON, including the age of the
+//   - /statusz is a part of the runner's Stats as JSON (pkg/status's page
+//     has all of it), including the age of the
 //     oldest unfinished record per partition (alert on it for a stuck
 //     handler; the same value is the tidemark.record.oldest_age gauge).
 //

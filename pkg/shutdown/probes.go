@@ -178,7 +178,8 @@ func since(now, t time.Time) string {
 }
 
 // Handler serves GET /livez, /readyz (200 or 503 with the reason) and
-// /statusz (the runner's Stats as JSON).
+// /statusz (a part of the runner's Stats as JSON; pkg/status serves
+// the whole of it, for people).
 func (p *Probes) Handler() http.Handler {
 	mux := http.NewServeMux()
 	probe := func(f func() (bool, string)) http.HandlerFunc {
