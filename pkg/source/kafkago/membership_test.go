@@ -128,11 +128,11 @@ func testRefused(t *testing.T, refusal *kerr.Error) {
 		time.Since(cut).Round(time.Millisecond), limit, m.Joined, time.Since(m.ContactAt).Round(time.Millisecond), m.ContactErr)
 }
 
-// TestReadinessRebalanceCounts: a second member joining makes the
-// coordinator answer REBALANCE_IN_PROGRESS and run a rebalance; that is
-// the coordinator serving the group: the first member stays in contact
-// and ready through it (a contact limit shorter than the rebalance would
-// catch an answer wrongly not counted).
+// TestReadinessRebalanceCounts: a second member joining runs a rebalance
+// (the first member's generation ends, it rejoins and syncs): the first
+// member stays ready through it and its contact is still counted after
+// (the frames stay paired across the rebalance's requests). That
+// REBALANCE_IN_PROGRESS itself is no refusal is TestWatchConn's.
 func TestReadinessRebalanceCounts(t *testing.T) {
 	c := kafkatest.NewFake(t, kfake.SeedTopics(2, "t"))
 	r, probes := startMember(t, c.Brokers(), 2*time.Second)
