@@ -126,7 +126,14 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 			kgo.ShareAckCallback(ss.onAcks),
 			kgo.WithHooks(ss.contact),
 		)
-		cl, err := kgo.NewClient(kopts...)
+		// The coordinator's answers are read off the wire: kgo's hooks
+		// do not say whether a heartbeat was refused (Membership).
+		wire, err := ss.contact.WireOptions(append(slices.Clone(cfg.clientOpts), kgo.SeedBrokers(brokers...)))
+		if err != nil {
+			s.closeClients()
+			return nil, fmt.Errorf("share: creating the client of session %d: %w", i, err)
+		}
+		cl, err := kgo.NewClient(append(kopts, wire...)...)
 		if err != nil {
 			s.closeClients()
 			return nil, fmt.Errorf("share: creating the client of session %d: %w", i, err)

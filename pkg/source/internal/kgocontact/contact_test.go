@@ -17,7 +17,7 @@ import (
 func TestContact(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var keys []int16
-		c := &kgocontact.Contact{Answered: func(k int16) { keys = append(keys, k) }}
+		c := &kgocontact.Contact{Answered: func(a kgocontact.Answer) { keys = append(keys, a.Key) }}
 		var meta kgo.BrokerMetadata
 		if at, err := c.Read(); !at.IsZero() || err != "" {
 			t.Fatalf("zero Contact reads %v %q", at, err)
@@ -52,4 +52,26 @@ func TestContact(t *testing.T) {
 			t.Fatalf("Answered called with %v, want Heartbeat then OffsetCommit", keys)
 		}
 	})
+}
+
+// TestContactWire: once WireOptions made the client's dialer watch the
+// wire, a hook's success (OnBrokerE2E) is no contact: kgo's hooks do not
+// say whether the answer refused the member. A TLS config and a Dialer
+// together are what kgo refuses, so WireOptions clears the TLS config it
+// folded into the dialer.
+func TestContactWire(t *testing.T) {
+	c := &kgocontact.Contact{}
+	opts, err := c.WireOptions([]kgo.Opt{kgo.DialTLS()})
+	if err != nil {
+		t.Fatalf("WireOptions: %v", err)
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.DialTLS()}, opts...)...)
+	if err != nil {
+		t.Fatalf("a client with the wire options: %v", err)
+	}
+	cl.Close()
+	c.OnBrokerE2E(kgo.BrokerMetadata{}, int16(kmsg.ShareGroupHeartbeat), kgo.BrokerE2E{})
+	if at, _ := c.Read(); !at.IsZero() {
+		t.Fatal("a hook's success counted as contact with the answers read off the wire")
+	}
 }
