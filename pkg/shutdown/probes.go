@@ -88,7 +88,7 @@ func (p *Probes) Live() (bool, string) {
 	}
 	s := p.r.Stats()
 	shuttingDown := p.draining.Load() || s.Stopping
-	if p.stopped.Load() {
+	if p.stopped.Load() || s.Stopped {
 		if shuttingDown {
 			return true, "stopped after a shutdown"
 		}

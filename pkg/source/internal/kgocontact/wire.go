@@ -91,11 +91,13 @@ func (c *wireConn) stopped() bool {
 }
 
 func (c *wireConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
+	// Note the requests before they go out: their answers may be read
+	// (by another goroutine) before the underlying Write returns. A
+	// short write fails the connection, so b is noted whole.
 	if !c.stopped() {
-		c.wrote(b[:n])
+		c.wrote(b)
 	}
-	return n, err
+	return c.Conn.Write(b)
 }
 
 func (c *wireConn) wrote(b []byte) {
