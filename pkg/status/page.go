@@ -61,7 +61,7 @@ func Refresh(d time.Duration) Option { return func(p *Page) { p.refresh = d } }
 func ControlTimeout(d time.Duration) Option { return func(p *Page) { p.timeout = d } }
 
 // AllowHosts adds DNS names the page answers to (compared without the
-// port, case-insensitively), such as the name of the Service operators
+// port, case-insensitively; a port given with a name is ignored), such as the name of the Service operators
 // reach it through. By default it answers only to requests whose Host is
 // an IP address or a loopback name ("localhost", "*.localhost"): see
 // Register for why. Each call adds to the names of the previous ones.
@@ -71,6 +71,11 @@ func AllowHosts(names ...string) Option {
 			p.hosts = map[string]bool{}
 		}
 		for _, n := range names {
+			// A name given with its port ("orders.svc:8081") is the name:
+			// the Host is compared without its port too.
+			if h, _, err := net.SplitHostPort(n); err == nil {
+				n = h
+			}
 			p.hosts[strings.ToLower(strings.TrimSuffix(n, "."))] = true
 		}
 	}

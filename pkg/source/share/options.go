@@ -69,6 +69,12 @@ func GroupConfig(key, value string) Option {
 // example TLS, SASL or kgo.ConnIdleTimeout. The options the source depends
 // on (seed brokers, the share group, topics, the record limit, the ack
 // callback) are applied after them and cannot be overridden.
+//
+// New builds one more client per session from these options and closes it
+// at once, without a connection: it reads off it the dialer they make, so
+// that readiness can watch the coordinator's answers on the wire. A hook
+// given here (kgo.WithHooks) is told of that client's creation and close
+// too.
 func ClientOptions(opts ...kgo.Opt) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }

@@ -229,10 +229,19 @@ func (c *wireConn) answered(key, ver int16, frame []byte) {
 	case *kmsg.OffsetCommitResponse:
 		code = firstGroupLevel(r)
 	case *kmsg.OffsetFetchResponse:
+		// Before v2 there is no top-level code: the broker puts a group
+		// error on each partition, as OffsetCommit's answer does.
 		code = r.ErrorCode
 		for _, g := range r.Groups {
 			if code == 0 {
 				code = g.ErrorCode
+			}
+		}
+		for _, t := range r.Topics {
+			for _, p := range t.Partitions {
+				if code == 0 && p.ErrorCode != 0 && groupLevel(p.ErrorCode) {
+					code = p.ErrorCode
+				}
 			}
 		}
 	}
