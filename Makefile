@@ -83,6 +83,7 @@ test: vet unit
 vet: mod-check
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags integration $(INTEGRATION_PKGS)
+	$(GO) vet -tags tidemark_unsafe ./pkg/inbox/ ./examples/orders/...
 	scripts/promtool-check
 
 # In workspace mode a package may import a module that only a sibling
@@ -95,8 +96,11 @@ mod-check:
 			{ echo "make mod-check: $$m/go.mod is not tidy: (cd $$m && GOWORK=off $(GO) mod tidy)" >&2; exit 1; }; \
 	done
 
+# The second line: the packages with a tidemark_unsafe test hook, built
+# with it (the chaos suite's proof that its duplicate check bites).
 unit:
 	$(GO) test -race -timeout $(UNIT_TIMEOUT) $(PKGS)
+	$(GO) test -race -timeout $(UNIT_TIMEOUT) -tags tidemark_unsafe ./pkg/inbox/ ./examples/orders/
 
 # Uses TIDEMARK_* from the environment, else .testbed/env when it exists;
 # without either the tests fail and say how to start the bed. The memory
@@ -117,7 +121,7 @@ integration:
 	$(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '^(TestBoundedMemory|TestBoundedMemoryKafkago|TestFranzSourceMemory)$$' ./integration/; \
 	if [ "$(CHAOS)" != 0 ]; then \
 		TIDEMARK_CHAOS_DURATION=$${TIDEMARK_CHAOS_DURATION:-$(CHAOS_DURATION)} \
-			$(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout $(INTEGRATION_TIMEOUT) -tags integration $(CHAOS_PKG); \
+			$(GO) test -race -count=1 -v -run '^(TestChaos|TestStrictCheckBites)$$' -timeout $(INTEGRATION_TIMEOUT) -tags integration $(CHAOS_PKG); \
 	fi
 
 # The chaos suite as a soak: DURATION of faults (make soak DURATION=30m).

@@ -25,6 +25,15 @@
 //	-controls    serve the status page's pause and resume controls (default
 //	             false): an admin surface on the -http address, which must
 //	             then be reachable by operators only [ORDERS_CONTROLS]
+//	-effect      idempotent (default) or strict, a test effect [ORDERS_EFFECT]
+//
+// The default effect is idempotent by itself: a second application of an
+// order changes nothing, whatever the inbox does. The strict effect is for
+// the tests that check the inbox (integration/chaos, make demo): it also
+// appends one row per application to an applications table (the order,
+// its record's topic, partition and offset, the process id, the time) and
+// adds every application to the customer's totals, so a record applied
+// twice shows as two rows and a wrong total. Do not copy it into a service.
 //
 // In share mode -group names a share group; every process reads every
 // partition, the inbox row alone makes a redelivered order a replay (no
@@ -104,6 +113,10 @@ type config struct {
 	share       bool
 	shareLock   time.Duration
 	controls    bool
+	strict      bool // -effect strict
+	// unsafeInbox is the inbox's test hook, from unsafeInboxOptions: only
+	// ever set in a tidemark_unsafe build.
+	unsafeInbox []inbox.Option
 }
 
 func main() {
@@ -113,6 +126,10 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if cfg.unsafeInbox, err = unsafeInboxOptions(log); err != nil {
+		fmt.Fprintln(os.Stderr, "orders:", err)
+		os.Exit(2)
+	}
 	os.Exit(run(cfg, log))
 }
 
@@ -142,12 +159,20 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	mode := fs.String("mode", env("ORDERS_MODE", "group"), "group (consumer group) or share (share group)")
 	shareLock := fs.String("share-lock", env("ORDERS_SHARE_LOCK", "0s"), "share mode: the group's acquisition lock (0: the broker's)")
 	controls := fs.String("controls", env("ORDERS_CONTROLS", "false"), "serve the status page's pause and resume controls (an admin surface)")
+	effect := fs.String("effect", env("ORDERS_EFFECT", "idempotent"), "idempotent, or strict: a test effect that records every application (see the package doc)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	var err error
 	if c.controls, err = strconv.ParseBool(*controls); err != nil {
 		return c, fmt.Errorf("-controls / ORDERS_CONTROLS %q: want true or false", *controls)
+	}
+	switch *effect {
+	case "idempotent":
+	case "strict":
+		c.strict = true
+	default:
+		return c, fmt.Errorf("-effect / ORDERS_EFFECT %q: want idempotent or strict", *effect)
 	}
 	switch *mode {
 	case "group":
@@ -215,10 +240,25 @@ CREATE TABLE IF NOT EXISTS customer_totals (
 	total_cents  bigint NOT NULL
 );`
 
-// createTables creates the business tables under an advisory lock:
-// replicas starting together would otherwise race in CREATE TABLE IF NOT
-// EXISTS, which PostgreSQL answers with a unique violation on pg_type.
-func createTables(ctx context.Context, pool *pgxpool.Pool) error {
+// StrictSchema is the strict effect's table (-effect strict): one row per
+// application of a record, with no key but its own sequence, so that a
+// record applied twice leaves two rows. pid is the process that applied it.
+const StrictSchema = `
+CREATE TABLE IF NOT EXISTS applications (
+	seq          bigserial PRIMARY KEY,
+	order_id     text NOT NULL,
+	topic        text NOT NULL,
+	part         int NOT NULL,
+	"offset"     bigint NOT NULL,
+	pid          int NOT NULL,
+	applied_at   timestamptz NOT NULL DEFAULT now()
+);`
+
+// createTables creates the business tables (with strict, the strict
+// effect's too) under an advisory lock: replicas starting together would
+// otherwise race in CREATE TABLE IF NOT EXISTS, which PostgreSQL answers
+// with a unique violation on pg_type.
+func createTables(ctx context.Context, pool *pgxpool.Pool, strict bool) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -229,6 +269,11 @@ func createTables(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	if _, err := tx.Exec(ctx, Schema); err != nil {
 		return err
+	}
+	if strict {
+		if _, err := tx.Exec(ctx, StrictSchema); err != nil {
+			return err
+		}
 	}
 	return tx.Commit(ctx)
 }
@@ -241,12 +286,9 @@ var errMalformed = errors.New("malformed order")
 // database that cannot be reached is the inbox's transient error, retried
 // without counting, so a restart dead-letters nothing.
 func apply(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
-	var o Order
-	if err := json.Unmarshal(rec.Value, &o); err != nil {
-		return runner.Permanent(fmt.Errorf("order %s: %w: %w", rec.String(), errMalformed, err))
-	}
-	if o.ID == "" || o.Customer == "" {
-		return runner.Permanent(fmt.Errorf("order %s: %w: missing id or customer", rec.String(), errMalformed))
+	o, err := decode(rec)
+	if err != nil {
+		return err
 	}
 	// A second record with the same order id is a producer retry, not a new
 	// order: the primary key makes it a no-op for the totals as well.
@@ -265,6 +307,53 @@ func apply(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
 	return err
 }
 
+// decode reads the order of rec; a malformed one is a permanent error.
+func decode(rec runner.Record) (Order, error) {
+	var o Order
+	if err := json.Unmarshal(rec.Value, &o); err != nil {
+		return o, runner.Permanent(fmt.Errorf("order %s: %w: %w", rec.String(), errMalformed, err))
+	}
+	if o.ID == "" || o.Customer == "" {
+		return o, runner.Permanent(fmt.Errorf("order %s: %w: missing id or customer", rec.String(), errMalformed))
+	}
+	return o, nil
+}
+
+// applyStrict is the strict effect (-effect strict), a test effect that is
+// not idempotent by itself: every call appends an applications row and adds
+// the order to its customer's totals, whether or not the order's row was
+// there already, so only the inbox stands between a replay and a second
+// application. The order row is still written once (ON CONFLICT DO
+// NOTHING): its seq is the key-order check's. One statement, one round
+// trip: PostgreSQL runs every data-modifying WITH clause.
+func applyStrict(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
+	o, err := decode(rec)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `WITH ord AS (
+	INSERT INTO orders (id, customer, amount_cents, topic, part, "offset")
+	VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING
+), app AS (
+	INSERT INTO applications (order_id, topic, part, "offset", pid) VALUES ($1, $4, $5, $6, $7)
+)
+INSERT INTO customer_totals (customer, orders, total_cents) VALUES ($2, 1, $3)
+ON CONFLICT (customer) DO UPDATE SET orders = customer_totals.orders + 1,
+	total_cents = customer_totals.total_cents + EXCLUDED.total_cents`,
+		o.ID, o.Customer, o.AmountCents, rec.Topic, rec.Partition, rec.Offset, pid)
+	return err
+}
+
+// unsafeReplayEnv names the variable that switches the inbox's replay
+// protection off — ORDERS_UNSAFE_NO_REPLAY_PROTECTION=true — in a build
+// with the tidemark_unsafe tag only (unsafe_replay.go; the chaos suite's
+// proof that its duplicate check can fail). Any other build ignores it,
+// with a warning (replay_protected.go).
+const unsafeReplayEnv = "ORDERS_UNSAFE_NO_REPLAY_PROTECTION"
+
+// pid is this process's id, the applications rows' pid.
+var pid = int32(os.Getpid())
+
 func run(cfg config, log *slog.Logger) int {
 	ctx := context.Background()
 	fail := func(what string, err error) int {
@@ -282,11 +371,11 @@ func run(cfg config, log *slog.Logger) int {
 		// pgx's parse errors may quote the string, password included.
 		return fail("database config", errors.New("-dsn / TIDEMARK_PG_DSN is not a valid connection string"))
 	}
-	if err := createTables(ctx, pool); err != nil {
+	if err := createTables(ctx, pool, cfg.strict); err != nil {
 		pool.Close()
 		return fail("creating the orders tables", err)
 	}
-	iopts := []inbox.Option{inbox.MeterProvider(mp), inbox.Logger(log)}
+	iopts := append([]inbox.Option{inbox.MeterProvider(mp), inbox.Logger(log)}, cfg.unsafeInbox...)
 	if cfg.share {
 		iopts = append(iopts, inbox.ShareGroup())
 	}
@@ -309,6 +398,11 @@ func run(cfg config, log *slog.Logger) int {
 		pool.Close()
 		return fail("kafka source", err)
 	}
+	effect := apply
+	if cfg.strict {
+		effect = applyStrict
+		log.Info("strict effect: every application is recorded in the applications table (a test effect)")
+	}
 	handle := store.Handler(func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
 		if cfg.delay > 0 {
 			select {
@@ -317,7 +411,7 @@ func run(cfg config, log *slog.Logger) int {
 				return ctx.Err()
 			}
 		}
-		return apply(ctx, tx, rec)
+		return effect(ctx, tx, rec)
 	})
 	ropts := []runner.Option{
 		runner.Handle(cfg.topic, handle),

@@ -57,6 +57,9 @@ type fleet struct {
 }
 
 func newFleet(t *testing.T, bin, logDir string, args, env []string) *fleet {
+	// The strict effect, whose applications check counts (check_test.go);
+	// first, so that env can override it.
+	env = append([]string{"ORDERS_EFFECT=strict"}, env...)
 	f := &fleet{t: t, bin: bin, args: args, env: env, logDir: logDir}
 	// Registered after the bed's cleanups, so it runs before them: no
 	// consumer survives the test, and none is left writing while the topic
