@@ -69,9 +69,12 @@ const (
 	faultPostgres = "restart-postgres" // restart PostgreSQL (half of them immediate shutdown)
 )
 
+// processFaultKinds are the faults on processes and services.
+var processFaultKinds = []string{faultKill, faultTerm, faultStart, faultPause, faultKafka, faultPostgres}
+
 // faultKinds are all the kinds, in the summary's order; netfaults_test.go
 // has the network faults and the partition increase.
-var faultKinds = append([]string{faultKill, faultTerm, faultStart, faultPause, faultKafka, faultPostgres}, netFaultKinds...)
+var faultKinds = append(slices.Clone(processFaultKinds), netFaultKinds...)
 
 // faultStats is what the summary says about one kind of fault.
 type faultStats struct {
@@ -307,7 +310,7 @@ func TestChaos(t *testing.T) {
 				break
 			}
 			round++
-			deck = append(slices.Clone(faultKinds[:len(faultKinds)-len(netFaultKinds)]), nf.kinds()...)
+			deck = append(slices.Clone(processFaultKinds), nf.kinds()...)
 			rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
 		}
 		if round > 1 && time.Since(faultStart) >= duration {
