@@ -488,7 +488,7 @@ func inject(ctx context.Context, bg *sync.WaitGroup, kind string, fl *fleet, nf 
 		return cs[rng.IntN(len(cs))]
 	}
 	if nf.handles(kind) {
-		return nf.inject(ctx, bg, kind, rng, pick)
+		return nf.inject(ctx, bg, kind, rng)
 	}
 	switch kind {
 	case faultKill:

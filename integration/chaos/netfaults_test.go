@@ -133,15 +133,18 @@ func kafkaRequest(b []byte) (int16, bool) {
 	return key, size > 0 && size < 1<<28 && key >= 0 && key < 100
 }
 
-// inject starts one fault of n's kinds on the consumer pick returns and
-// returns a description; a fault that lasts (a cut, a latency) returns a
-// channel that receives the outcome of its end, sent by a goroutine
+// inject starts one fault of n's kinds on a consumer that owns partitions
+// and returns a description; a fault that lasts (a cut, a latency) returns
+// a channel that receives the outcome of its end, sent by a goroutine
 // counted in bg once the fault has lasted its time (or ctx ended).
-func (n *netFaults) inject(ctx context.Context, bg *sync.WaitGroup, kind string, rng *rand.Rand, pick func() *consumer) (string, <-chan error, error) {
+func (n *netFaults) inject(ctx context.Context, bg *sync.WaitGroup, kind string, rng *rand.Rand) (string, <-chan error, error) {
 	if kind == faultPartitions {
 		return n.addPartitions(ctx)
 	}
-	c := pick()
+	c, err := n.pickOwner(ctx, rng)
+	if err != nil {
+		return "", nil, err
+	}
 	if len(c.kafka) == 0 || c.pg == nil {
 		return c.name, nil, fmt.Errorf("%s has no proxies: the fleet was not given its network", c.name)
 	}
@@ -278,6 +281,29 @@ func (n *netFaults) inject(ctx context.Context, bg *sync.WaitGroup, kind string,
 	}
 	c.setFaulted(false)
 	return "", nil, fmt.Errorf("unknown fault %q", kind)
+}
+
+// pickOwner returns a random active consumer that owns partitions now
+// (its tidemark.partitions.owned): one that owns none — it has just
+// rejoined after a pause, say — would make a network fault test nothing
+// (seed 1796168140854064870 cut such a zombie off: nothing to fence). It
+// waits up to 15 s for one.
+func (n *netFaults) pickOwner(ctx context.Context, rng *rand.Rand) (*consumer, error) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var owners []*consumer
+		for _, c := range n.fl.running(true) {
+			if v, err := c.metric(ctx, "tidemark_partitions_owned"); err == nil && v >= 1 {
+				owners = append(owners, c)
+			}
+		}
+		if len(owners) > 0 {
+			return owners[rng.IntN(len(owners))], nil
+		}
+		if time.Now().After(deadline) || !sleep(ctx, 250*time.Millisecond) {
+			return nil, fmt.Errorf("no active consumer owned a partition (tidemark.partitions.owned) for 15 s")
+		}
+	}
 }
 
 // takeFenced returns the fenced records counted for the fault of kind that
