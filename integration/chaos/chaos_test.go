@@ -318,7 +318,15 @@ func TestChaos(t *testing.T) {
 		}
 		kind := deck[0]
 		deck = deck[1:]
-		kind = feasible(kind, fl)
+		if f := feasible(kind, fl); f != kind {
+			// The zombie is the network fault the suite exists for:
+			// put off, not dropped, so that every round has one (seed
+			// 1796168489683825264 turned its only one into a start).
+			if kind == faultCutKafka {
+				deck = append([]string{kind}, deck...)
+			}
+			kind = f
+		}
 		before := mon.latest()
 		at := time.Now()
 		detail, resumed, err := inject(runCtx, &bg, kind, fl, nf, rng, restart, &restartFailed)
@@ -328,7 +336,7 @@ func TestChaos(t *testing.T) {
 		if at2, before2, ok := nf.startedAt(); ok {
 			at, before = at2, before2
 		}
-		took, stuck, ok := waitRecovered(runCtx, mon, before, at, recoverWithin)
+		took, stuck, ok := waitRecovered(runCtx, mon, before, at, time.Now(), recoverWithin)
 		if resumed != nil {
 			if err := <-resumed; err != nil {
 				t.Fatalf("fault %d (%s, %s): ending it: %v", n, kind, detail, err)
@@ -547,13 +555,17 @@ func inject(ctx context.Context, bg *sync.WaitGroup, kind string, fl *fleet, nf 
 }
 
 // waitRecovered waits until every partition has recovered (see recovered)
-// in a sample taken after the fault, and returns the time from the fault to
-// that sample.
-func waitRecovered(ctx context.Context, mon *monitor, before *sample, at time.Time, within time.Duration) (time.Duration, []int32, bool) {
+// in a sample taken after the fault was injected (injected: a restart
+// returns once the service is back), and returns the time from the fault
+// (at) to that sample. A sample taken while a restart was under way does
+// not count: a broker's controlled shutdown takes seconds, during which
+// the consumers still commit, so that sample could pass and a 38 s
+// outage be reported as recovered in 0.8 s (seed 1796168489683825264).
+func waitRecovered(ctx context.Context, mon *monitor, before *sample, at, injected time.Time, within time.Duration) (time.Duration, []int32, bool) {
 	deadline := time.Now().Add(within)
 	var stuck []int32
 	for time.Now().Before(deadline) {
-		if s := mon.latest(); s != nil && s.at.After(at) {
+		if s := mon.latest(); s != nil && s.at.After(at) && s.at.After(injected) {
 			var ok bool
 			if ok, stuck = recovered(before, s); ok {
 				return s.at.Sub(at), nil, true
