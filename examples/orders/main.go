@@ -25,6 +25,13 @@
 //	-controls    serve the status page's pause and resume controls (default
 //	             false): an admin surface on the -http address, which must
 //	             then be reachable by operators only [ORDERS_CONTROLS]
+//	-metadata-max-age  how often the Kafka client refreshes its metadata,
+//	             and so how soon it sees partitions added to the topic
+//	             (default 0: franz-go's, 5m) [ORDERS_METADATA_MAX_AGE]
+//	-kafka-dial  for tests: broker=address,… — dial each broker address
+//	             (seed or advertised) at the address given instead, e.g. a
+//	             proxy; an address it does not name is not dialed (default
+//	             none: dial the brokers themselves) [ORDERS_KAFKA_DIAL]
 //	-effect      idempotent (default) or strict, a test effect [ORDERS_EFFECT]
 //
 // The default effect is idempotent by itself: a second application of an
@@ -117,6 +124,8 @@ type config struct {
 	// unsafeInbox is the inbox's test hook, from unsafeInboxOptions: only
 	// ever set in a tidemark_unsafe build.
 	unsafeInbox []inbox.Option
+	metaMaxAge  time.Duration
+	kafkaDial   map[string]string // broker address → address dialed
 }
 
 func main() {
@@ -160,6 +169,8 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	shareLock := fs.String("share-lock", env("ORDERS_SHARE_LOCK", "0s"), "share mode: the group's acquisition lock (0: the broker's)")
 	controls := fs.String("controls", env("ORDERS_CONTROLS", "false"), "serve the status page's pause and resume controls (an admin surface)")
 	effect := fs.String("effect", env("ORDERS_EFFECT", "idempotent"), "idempotent, or strict: a test effect that records every application (see the package doc)")
+	metaMaxAge := fs.String("metadata-max-age", env("ORDERS_METADATA_MAX_AGE", "0s"), "Kafka metadata refresh interval (0: franz-go's, 5m)")
+	kafkaDial := fs.String("kafka-dial", env("ORDERS_KAFKA_DIAL", ""), "for tests: broker=address,… dial each broker at the address given")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -209,6 +220,12 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	if c.shareLock, err = time.ParseDuration(*shareLock); err != nil || c.shareLock < 0 {
 		return c, fmt.Errorf("-share-lock / ORDERS_SHARE_LOCK %q: want a duration such as 30s", *shareLock)
 	}
+	if c.metaMaxAge, err = time.ParseDuration(*metaMaxAge); err != nil || c.metaMaxAge < 0 {
+		return c, fmt.Errorf("-metadata-max-age / ORDERS_METADATA_MAX_AGE %q: want a duration such as 10s", *metaMaxAge)
+	}
+	if c.kafkaDial, err = parseDialMap(*kafkaDial); err != nil {
+		return c, err
+	}
 	if c.budget, err = shutdown.BudgetFromEnv(); err != nil {
 		return c, err
 	}
@@ -216,6 +233,47 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 		return c, fmt.Errorf("-http / ORDERS_HTTP %q: %v", c.http, err)
 	}
 	return c, nil
+}
+
+// parseDialMap parses -kafka-dial: comma-separated broker=address pairs,
+// each a host:port.
+func parseDialMap(s string) (map[string]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		from, to, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		_, _, errFrom := net.SplitHostPort(from)
+		_, _, errTo := net.SplitHostPort(to)
+		if !ok || errFrom != nil || errTo != nil {
+			return nil, fmt.Errorf("-kafka-dial / ORDERS_KAFKA_DIAL: %q is not broker=address, both host:port", pair)
+		}
+		m[from] = to
+	}
+	return m, nil
+}
+
+// clientOpts are the franz-go options every Kafka client of the service
+// shares: the metadata refresh interval, and the -kafka-dial dialer.
+func clientOpts(cfg config) []kgo.Opt {
+	var opts []kgo.Opt
+	if cfg.metaMaxAge > 0 {
+		opts = append(opts, kgo.MetadataMaxAge(cfg.metaMaxAge))
+	}
+	if cfg.kafkaDial != nil {
+		var d net.Dialer
+		opts = append(opts, kgo.Dialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
+			to, ok := cfg.kafkaDial[addr]
+			if !ok {
+				// Strict: a test that routes the brokers through a
+				// proxy must not be bypassed by an address it missed.
+				return nil, fmt.Errorf("-kafka-dial names no address for broker %s", addr)
+			}
+			return d.DialContext(ctx, network, to)
+		}))
+	}
+	return opts
 }
 
 // Schema is the example's business tables; the inbox has its own. An
@@ -468,7 +526,7 @@ func run(cfg config, log *slog.Logger) int {
 		// Retention: a share group commits no offsets; every record below
 		// a share-partition start offset is acknowledged or archived, and
 		// never delivered again, so its inbox row can go.
-		adm, err := kgo.NewClient(kgo.SeedBrokers(cfg.brokers...))
+		adm, err := kgo.NewClient(append(clientOpts(cfg), kgo.SeedBrokers(cfg.brokers...))...)
 		if err != nil {
 			return fail("admin client", err)
 		}
@@ -591,14 +649,15 @@ func observeReady(mp metric.MeterProvider, group string, ready func() (bool, str
 // (share.auto.offset.reset defaults to latest) and sets -share-lock.
 func newSource(cfg config, log *slog.Logger) (runner.Source, error) {
 	if cfg.share {
-		sopts := []share.Option{share.Logger(log), share.GroupConfig("share.auto.offset.reset", "earliest")}
+		sopts := []share.Option{share.Logger(log), share.GroupConfig("share.auto.offset.reset", "earliest"),
+			share.ClientOptions(clientOpts(cfg)...)}
 		if cfg.shareLock > 0 {
 			sopts = append(sopts, share.GroupConfig("share.record.lock.duration.ms", strconv.FormatInt(cfg.shareLock.Milliseconds(), 10)))
 		}
 		return share.New(cfg.brokers, cfg.group, []string{cfg.topic}, sopts...)
 	}
 	fopts := []franz.Option{franz.Logger(log), franz.SessionTimeout(cfg.session),
-		franz.HeartbeatInterval(min(time.Second, cfg.session/3))}
+		franz.HeartbeatInterval(min(time.Second, cfg.session/3)), franz.ClientOptions(clientOpts(cfg)...)}
 	if cfg.instanceID != "" {
 		fopts = append(fopts, franz.InstanceID(cfg.instanceID))
 	}
@@ -635,7 +694,7 @@ func ShareStartOffsets(adm *kadm.Client, group string) inbox.CommittedFunc {
 // orders topic) when it is missing, so a malformed order can always be
 // parked. The orders topic itself must exist.
 func ensureTopics(ctx context.Context, cfg config) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.brokers...))
+	cl, err := kgo.NewClient(append(clientOpts(cfg), kgo.SeedBrokers(cfg.brokers...))...)
 	if err != nil {
 		return err
 	}

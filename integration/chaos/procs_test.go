@@ -3,14 +3,25 @@
 package chaos_test
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tidemark/tidemark/internal/tcpproxy"
 )
 
 // consumer is one process of the orders service.
@@ -20,9 +31,17 @@ type consumer struct {
 	log  string
 	done chan struct{} // closed when the process has exited and been reaped
 
+	// With fleet.network: its own proxies, one per broker address (the
+	// -kafka-dial map) and one to PostgreSQL (its -dsn), closed when it
+	// exits.
+	kafka []*tcpproxy.Proxy
+	pg    *tcpproxy.Proxy
+
 	mu       sync.Mutex
-	signaled bool // we sent it SIGKILL or SIGTERM: its exit is expected
-	paused   bool // SIGSTOPped and not yet SIGCONTed
+	signaled bool   // we sent it SIGKILL or SIGTERM: its exit is expected
+	paused   bool   // SIGSTOPped and not yet SIGCONTed
+	faulted  bool   // a network fault is on its proxies
+	http     string // its probe and metrics address, from its log
 }
 
 // exited reports whether the process has exited.
@@ -41,6 +60,100 @@ func (c *consumer) isPaused() bool {
 	return c.paused
 }
 
+// isFaulted reports whether a network fault is on c's proxies.
+func (c *consumer) isFaulted() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.faulted
+}
+
+func (c *consumer) setFaulted(on bool) {
+	c.mu.Lock()
+	c.faulted = on
+	c.mu.Unlock()
+}
+
+// closeProxies closes c's proxies (none without fleet.network).
+func (c *consumer) closeProxies() {
+	for _, p := range c.kafka {
+		p.Close()
+	}
+	if c.pg != nil {
+		c.pg.Close()
+	}
+}
+
+// metric returns the sum of the Prometheus samples named name (every
+// label set) on c's /metrics, found at the address its log names.
+func (c *consumer) metric(ctx context.Context, name string) (float64, error) {
+	addr, err := c.httpAddr()
+	for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); {
+		// Just started: it logs the address once it serves.
+		if !sleep(ctx, 200*time.Millisecond) {
+			break
+		}
+		addr, err = c.httpAddr()
+	}
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("%s: GET /metrics: %w", c.name, err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: /metrics line %q: %w", c.name, line, err)
+		}
+		sum += v
+	}
+	return sum, sc.Err()
+}
+
+// httpAddr is the address c serves /metrics on: -http 127.0.0.1:0 picks a
+// port, which the service logs.
+func (c *consumer) httpAddr() (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.http != "" {
+		return c.http, nil
+	}
+	f, err := os.Open(c.log)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	dec := json.NewDecoder(f)
+	for {
+		var line struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if err := dec.Decode(&line); err == io.EOF {
+			return "", fmt.Errorf("%s: its log %s names no metrics address yet", c.name, c.log)
+		} else if err != nil {
+			return "", fmt.Errorf("%s: reading its log %s: %w", c.name, c.log, err)
+		}
+		if strings.HasPrefix(line.Msg, "serving probes") && line.Addr != "" {
+			c.http = line.Addr
+			return c.http, nil
+		}
+	}
+}
+
 // fleet is the set of consumer processes of one run.
 type fleet struct {
 	t      *testing.T
@@ -49,11 +162,58 @@ type fleet struct {
 	env    []string
 	logDir string
 
+	// Set by network: each consumer's connections go through proxies.
+	kafkaTargets []string // the broker addresses a client dials: seeds and advertised
+	dsn          string
+
 	mu    sync.Mutex
 	all   []*consumer
 	next  int
 	wg    sync.WaitGroup // the reapers
 	unexp []string       // consumers that exited without being told to
+}
+
+// network makes every consumer started from now on connect through
+// proxies of its own: one per address of kafkaTargets (the brokers' seed
+// and advertised addresses; the consumer gets -kafka-dial mapping each to
+// its proxy, and dials no other) and one to dsn's server (its -dsn names
+// the proxy). The fleet's args must not hold -dsn.
+func (f *fleet) network(kafkaTargets []string, dsn string) error {
+	u, err := url.Parse(dsn)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("the chaos suite proxies the database connection of each consumer and needs TIDEMARK_PG_DSN as a URL with host:port (postgres://…): %v", err)
+	}
+	f.kafkaTargets = append([]string(nil), kafkaTargets...)
+	sort.Strings(f.kafkaTargets)
+	f.dsn = dsn
+	return nil
+}
+
+// proxies starts c's proxies and returns the arguments that send its
+// connections through them.
+func (f *fleet) proxies(c *consumer) ([]string, error) {
+	if f.dsn == "" {
+		return nil, nil
+	}
+	var dial []string
+	for _, target := range f.kafkaTargets {
+		p, err := tcpproxy.New(target)
+		if err != nil {
+			c.closeProxies()
+			return nil, err
+		}
+		c.kafka = append(c.kafka, p)
+		dial = append(dial, target+"="+p.Addr())
+	}
+	u, _ := url.Parse(f.dsn) // checked by network
+	p, err := tcpproxy.New(u.Host)
+	if err != nil {
+		c.closeProxies()
+		return nil, err
+	}
+	c.pg = p
+	u.Host = p.Addr()
+	return []string{"-kafka-dial", strings.Join(dial, ","), "-dsn", u.String()}, nil
 }
 
 func newFleet(t *testing.T, bin, logDir string, args, env []string) *fleet {
@@ -79,14 +239,21 @@ func (f *fleet) start() (*consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(f.bin, f.args...)
+	c := &consumer{name: name, log: logPath, done: make(chan struct{})}
+	netArgs, err := f.proxies(c)
+	if err != nil {
+		out.Close()
+		return nil, fmt.Errorf("proxies of %s: %w", name, err)
+	}
+	cmd := exec.Command(f.bin, append(append([]string(nil), f.args...), netArgs...)...)
 	cmd.Env = append(os.Environ(), f.env...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		out.Close()
+		c.closeProxies()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	c := &consumer{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	c.cmd = cmd
 	f.mu.Lock()
 	f.all = append(f.all, c)
 	f.mu.Unlock()
@@ -95,6 +262,7 @@ func (f *fleet) start() (*consumer, error) {
 		defer f.wg.Done()
 		_ = cmd.Wait()
 		out.Close()
+		c.closeProxies()
 		c.mu.Lock()
 		expected := c.signaled
 		c.mu.Unlock()
@@ -109,13 +277,13 @@ func (f *fleet) start() (*consumer, error) {
 }
 
 // running returns the consumers that have not exited; with active, only
-// those that are not paused either.
+// those that are neither paused nor under a network fault.
 func (f *fleet) running(active bool) []*consumer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []*consumer
 	for _, c := range f.all {
-		if !c.exited() && (!active || !c.isPaused()) {
+		if !c.exited() && (!active || !c.isPaused() && !c.isFaulted()) {
 			out = append(out, c)
 		}
 	}
