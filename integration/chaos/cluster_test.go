@@ -561,11 +561,19 @@ func commitFailures(logDir string, windows []faultWindow) (map[string]map[string
 	return out, final, nil
 }
 
-// kafkaCode is the first word of s like NOT_COORDINATOR, else s cut short.
+// kafkaCode names an error by its Kafka code: the first word like
+// NOT_COORDINATOR in it; else the first cause in parentheses (the franz
+// adapter's "commit failed for t/2 (context deadline exceeded), …"); else
+// its first 40 characters.
 func kafkaCode(s string) string {
 	for _, w := range strings.FieldsFunc(s, func(r rune) bool { return !(r == '_' || r >= 'A' && r <= 'Z') }) {
 		if strings.Contains(w, "_") && len(w) > 3 {
 			return w
+		}
+	}
+	if _, rest, ok := strings.Cut(s, "("); ok {
+		if cause, _, ok := strings.Cut(rest, ")"); ok {
+			return cause
 		}
 	}
 	if len(s) > 40 {
