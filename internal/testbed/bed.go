@@ -17,6 +17,9 @@ import (
 // the bed take the directory's lock file, so other processes wait.
 type Bed struct {
 	cfg Config
+	// heapDefault: Config.KafkaHeap was empty, so a cluster gets
+	// DefaultClusterHeap whatever withDefaults chose.
+	heapDefault bool
 }
 
 // New returns the Bed that cfg describes. It starts nothing.
@@ -25,7 +28,7 @@ func New(cfg Config) (*Bed, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Bed{cfg: c}, nil
+	return &Bed{cfg: c, heapDefault: len(cfg.KafkaHeap) == 0}, nil
 }
 
 // Dir is the bed's directory.
@@ -134,6 +137,18 @@ func (b *Bed) Up(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	nodes := b.cfg.KafkaNodes
+	if st != nil && st.Kafka != nil && len(st.Kafka.Nodes) > 0 {
+		if kafkaRuns && nodes != 0 && nodes != len(st.Kafka.Nodes) {
+			return fmt.Errorf("TIDEMARK_KAFKA_NODES=%d, but the bed's Kafka runs with %d nodes: run scripts/testbed down first", nodes, len(st.Kafka.Nodes))
+		}
+		if nodes == 0 {
+			nodes = len(st.Kafka.Nodes)
+		}
+	}
+	if nodes == 0 {
+		nodes = 1
+	}
 	if st == nil {
 		st = &State{}
 	}
@@ -143,8 +158,14 @@ func (b *Bed) Up(ctx context.Context) (err error) {
 	var pg *PostgresState
 	var as runAs
 	if !kafkaRuns {
-		if k, err = b.planKafka(p); err != nil {
+		if k, err = b.planKafka(p, nodes); err != nil {
 			return err
+		}
+		if b.heapDefault {
+			k.Heap = strings.Fields(DefaultKafkaHeap)
+			if nodes > 1 {
+				k.Heap = strings.Fields(DefaultClusterHeap)
+			}
 		}
 	}
 	if !pgRuns {
