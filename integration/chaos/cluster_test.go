@@ -262,7 +262,7 @@ func TestChaosCluster(t *testing.T) {
 	// none within recoverWithin.
 	measure := func(n int, kind, detail string, before *sample, at time.Time) {
 		t.Helper()
-		took, stuck, ok := waitRecovered(runCtx, mon, before, at, recoverWithin)
+		took, stuck, ok := waitRecovered(runCtx, mon, before, at, time.Now(), recoverWithin)
 		if !ok {
 			s := mon.latest()
 			t.Fatalf("fault %d (%s, %s) at %s: not recovered after %s: partitions %v stuck (committed %v, end %v); consumer logs in %s; seed %d",
