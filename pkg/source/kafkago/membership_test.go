@@ -2,14 +2,7 @@ package kafkago_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -169,7 +162,7 @@ func TestReadinessRebalanceCounts(t *testing.T) {
 // TestReadinessTLS: with TLS on the Dialer, the frames are still read
 // (above TLS, the watched dial doing the handshake): ready, with contact.
 func TestReadinessTLS(t *testing.T) {
-	cert, pool := selfSigned(t)
+	cert, pool := kafkatest.SelfSigned(t)
 	fc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"), kfake.GroupMinSessionTimeout(100*time.Millisecond),
 		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}}))
 	if err != nil {
@@ -181,33 +174,4 @@ func TestReadinessTLS(t *testing.T) {
 	if m := r.Stats().Member; m.ContactAt.IsZero() {
 		t.Fatalf("ready over TLS with no contact counted: err %q", m.ContactErr)
 	}
-}
-
-// selfSigned returns a certificate for 127.0.0.1 and a pool that trusts it.
-func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "kfake"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }
