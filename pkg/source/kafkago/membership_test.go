@@ -4,14 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	kafka "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -69,42 +67,7 @@ func testRefused(t *testing.T, refusal *kerr.Error) {
 	c := kafkatest.NewFake(t, kfake.SeedTopics(1, "t"))
 	const limit = 2 * time.Second
 	r, probes := startMember(t, c.Brokers(), limit)
-	var refuse atomic.Bool
-	for _, k := range []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.OffsetCommit, kmsg.OffsetFetch, kmsg.LeaveGroup} {
-		c.Fake.ControlKey(int16(k), func(req kmsg.Request) (kmsg.Response, error, bool) {
-			c.Fake.KeepControl()
-			if !refuse.Load() {
-				return nil, nil, false
-			}
-			resp := req.ResponseKind()
-			resp.SetVersion(req.GetVersion())
-			code := refusal.Code
-			switch resp := resp.(type) {
-			case *kmsg.JoinGroupResponse:
-				resp.ErrorCode = code
-			case *kmsg.SyncGroupResponse:
-				resp.ErrorCode = code
-			case *kmsg.HeartbeatResponse:
-				resp.ErrorCode = code
-			case *kmsg.LeaveGroupResponse:
-				resp.ErrorCode = code
-			case *kmsg.OffsetFetchResponse:
-				resp.ErrorCode = code
-			case *kmsg.OffsetCommitResponse:
-				for _, rt := range req.(*kmsg.OffsetCommitRequest).Topics {
-					st := kmsg.NewOffsetCommitResponseTopic()
-					st.Topic = rt.Topic
-					for _, rp := range rt.Partitions {
-						sp := kmsg.NewOffsetCommitResponseTopicPartition()
-						sp.Partition, sp.ErrorCode = rp.Partition, code
-						st.Partitions = append(st.Partitions, sp)
-					}
-					resp.Topics = append(resp.Topics, st)
-				}
-			}
-			return resp, nil, true
-		})
-	}
+	refuse := c.RefuseGroup(refusal.Code)
 	refuse.Store(true)
 	cut := time.Now()
 	for time.Since(cut) < 3*limit {
