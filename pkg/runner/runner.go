@@ -160,6 +160,17 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	err := r.loop(ctx, srcDone, &srcErr)
 	close(r.loopDone)
+	// Whether the source had returned when the loop ended. If not, the
+	// runner closes it below, and what its Run returns after that is the
+	// answer to that Close, not a failure: a source whose Run started only
+	// after the Close (a stop right at start-up, on a loaded machine)
+	// returns its "closed" error.
+	var srcEnded bool
+	select {
+	case <-srcDone:
+		srcEnded = true
+	default:
+	}
 
 	// Cancel whatever still runs (handlers past the budget, or everything on
 	// Close), then wait for our goroutines before leaving the group.
@@ -177,7 +188,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	srcCancel()
 	<-srcDone
 	if srcErr != nil && err == nil && !errors.Is(srcErr, context.Canceled) && !errors.Is(srcErr, ErrStopped) {
-		err = srcErr
+		if srcEnded {
+			err = srcErr
+		} else {
+			r.log.Debug("the source returned an error after the runner closed it", "err", srcErr)
+		}
 	}
 	r.tel.unregister()
 	r.runErr = err

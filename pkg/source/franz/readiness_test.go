@@ -2,13 +2,11 @@ package franz_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -30,50 +28,8 @@ func TestReadinessNotCoordinator(t *testing.T) {
 		ok, _ := probes.Ready()
 		return ok && len(m.Runner.Stats().Partitions) == 1
 	})
-	var refuse atomic.Bool
+	refuse := c.RefuseGroup(kerr.NotCoordinator.Code)
 	t.Cleanup(func() { refuse.Store(false) }) // before the member's: its leave must be answered
-	code := kerr.NotCoordinator.Code
-	for _, k := range []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.OffsetCommit, kmsg.OffsetFetch, kmsg.LeaveGroup, kmsg.ConsumerGroupHeartbeat} {
-		c.Fake.ControlKey(int16(k), func(req kmsg.Request) (kmsg.Response, error, bool) {
-			c.Fake.KeepControl()
-			if !refuse.Load() {
-				return nil, nil, false
-			}
-			resp := req.ResponseKind()
-			resp.SetVersion(req.GetVersion())
-			switch resp := resp.(type) {
-			case *kmsg.JoinGroupResponse:
-				resp.ErrorCode = code
-			case *kmsg.SyncGroupResponse:
-				resp.ErrorCode = code
-			case *kmsg.HeartbeatResponse:
-				resp.ErrorCode = code
-			case *kmsg.LeaveGroupResponse:
-				resp.ErrorCode = code
-			case *kmsg.OffsetFetchResponse:
-				resp.ErrorCode = code
-				for _, g := range req.(*kmsg.OffsetFetchRequest).Groups {
-					rg := kmsg.NewOffsetFetchResponseGroup()
-					rg.Group, rg.ErrorCode = g.Group, code
-					resp.Groups = append(resp.Groups, rg)
-				}
-			case *kmsg.ConsumerGroupHeartbeatResponse:
-				resp.ErrorCode = code
-			case *kmsg.OffsetCommitResponse:
-				for _, rt := range req.(*kmsg.OffsetCommitRequest).Topics {
-					st := kmsg.NewOffsetCommitResponseTopic()
-					st.Topic = rt.Topic
-					for _, rp := range rt.Partitions {
-						sp := kmsg.NewOffsetCommitResponseTopicPartition()
-						sp.Partition, sp.ErrorCode = rp.Partition, code
-						st.Partitions = append(st.Partitions, sp)
-					}
-					resp.Topics = append(resp.Topics, st)
-				}
-			}
-			return resp, nil, true
-		})
-	}
 	refuse.Store(true)
 	cut := time.Now()
 	for time.Since(cut) < 3*limit {

@@ -2,23 +2,14 @@ package kafkago_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
-	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	kafka "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -76,42 +67,7 @@ func testRefused(t *testing.T, refusal *kerr.Error) {
 	c := kafkatest.NewFake(t, kfake.SeedTopics(1, "t"))
 	const limit = 2 * time.Second
 	r, probes := startMember(t, c.Brokers(), limit)
-	var refuse atomic.Bool
-	for _, k := range []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.OffsetCommit, kmsg.OffsetFetch, kmsg.LeaveGroup} {
-		c.Fake.ControlKey(int16(k), func(req kmsg.Request) (kmsg.Response, error, bool) {
-			c.Fake.KeepControl()
-			if !refuse.Load() {
-				return nil, nil, false
-			}
-			resp := req.ResponseKind()
-			resp.SetVersion(req.GetVersion())
-			code := refusal.Code
-			switch resp := resp.(type) {
-			case *kmsg.JoinGroupResponse:
-				resp.ErrorCode = code
-			case *kmsg.SyncGroupResponse:
-				resp.ErrorCode = code
-			case *kmsg.HeartbeatResponse:
-				resp.ErrorCode = code
-			case *kmsg.LeaveGroupResponse:
-				resp.ErrorCode = code
-			case *kmsg.OffsetFetchResponse:
-				resp.ErrorCode = code
-			case *kmsg.OffsetCommitResponse:
-				for _, rt := range req.(*kmsg.OffsetCommitRequest).Topics {
-					st := kmsg.NewOffsetCommitResponseTopic()
-					st.Topic = rt.Topic
-					for _, rp := range rt.Partitions {
-						sp := kmsg.NewOffsetCommitResponseTopicPartition()
-						sp.Partition, sp.ErrorCode = rp.Partition, code
-						st.Partitions = append(st.Partitions, sp)
-					}
-					resp.Topics = append(resp.Topics, st)
-				}
-			}
-			return resp, nil, true
-		})
-	}
+	refuse := c.RefuseGroup(refusal.Code)
 	refuse.Store(true)
 	cut := time.Now()
 	for time.Since(cut) < 3*limit {
@@ -169,7 +125,7 @@ func TestReadinessRebalanceCounts(t *testing.T) {
 // TestReadinessTLS: with TLS on the Dialer, the frames are still read
 // (above TLS, the watched dial doing the handshake): ready, with contact.
 func TestReadinessTLS(t *testing.T) {
-	cert, pool := selfSigned(t)
+	cert, pool := kafkatest.SelfSigned(t)
 	fc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"), kfake.GroupMinSessionTimeout(100*time.Millisecond),
 		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}}))
 	if err != nil {
@@ -181,33 +137,4 @@ func TestReadinessTLS(t *testing.T) {
 	if m := r.Stats().Member; m.ContactAt.IsZero() {
 		t.Fatalf("ready over TLS with no contact counted: err %q", m.ContactErr)
 	}
-}
-
-// selfSigned returns a certificate for 127.0.0.1 and a pool that trusts it.
-func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "kfake"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }

@@ -2,14 +2,7 @@ package share_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/shutdown"
 	"github.com/tidemark/tidemark/pkg/source/share"
@@ -92,7 +86,7 @@ func TestShareFencedLeavesAndRejoins(t *testing.T) {
 // TestShareTLSContact: with TLS (kgo.DialTLSConfig), the answers are still
 // read, above TLS: the member becomes ready.
 func TestShareTLSContact(t *testing.T) {
-	cert, pool := selfSigned(t)
+	cert, pool := kafkatest.SelfSigned(t)
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"),
 		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}}))
 	if err != nil {
@@ -119,33 +113,4 @@ func TestShareTLSContact(t *testing.T) {
 	probes := shutdown.NewProbes(r, 10*time.Second, shutdown.ContactLimit(time.Hour))
 	probes.Started()
 	waitReady(t, probes, r, true, 10*time.Second, "over TLS")
-}
-
-// selfSigned returns a certificate for 127.0.0.1 and a pool that trusts it.
-func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "kfake"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }
