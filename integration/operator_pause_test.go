@@ -61,18 +61,27 @@ func TestOperatorPauseSurvivesRebalance(t *testing.T) {
 	b.Stop(t)
 	waitFor(t, time.Minute, "a owns both partitions again", func() bool { return len(a.Runner.Stats().Partitions) == 2 })
 
-	// a's partition 0 was revoked and assigned back.
-	var revoked, reassigned bool
-	for _, rb := range a.Runner.Stats().Member.Rebalances {
-		switch {
-		case rb.Kind == "revoked" && slices.Contains(rb.Partitions, tp0):
-			revoked = true
-		case revoked && rb.Kind == "assigned" && slices.Contains(rb.Partitions, tp0):
-			reassigned = true
+	// a's partition 0 was revoked and assigned back. The history records
+	// an assignment once Sink.Assigned returned (with the time it took),
+	// which can be just after Stats shows its partitions: wait for it.
+	reassigned := func() bool {
+		var revoked bool
+		for _, rb := range a.Runner.Stats().Member.Rebalances {
+			switch {
+			case rb.Kind == "revoked" && slices.Contains(rb.Partitions, tp0):
+				revoked = true
+			case revoked && rb.Kind == "assigned" && slices.Contains(rb.Partitions, tp0):
+				return true
+			}
 		}
+		return false
 	}
-	if !reassigned {
-		t.Fatalf("a's partition 0 was not revoked and assigned back: rebalances %+v", a.Runner.Stats().Member.Rebalances)
+	deadline := time.Now().Add(10 * time.Second)
+	for !reassigned() {
+		if time.Now().After(deadline) {
+			t.Fatalf("a's partition 0 was not revoked and assigned back: rebalances %+v", a.Runner.Stats().Member.Rebalances)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 
 	before := aHandled[1].Load()
