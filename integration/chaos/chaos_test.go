@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/integration/bed"
@@ -73,8 +74,9 @@ const (
 var processFaultKinds = []string{faultKill, faultTerm, faultStart, faultPause, faultKafka, faultPostgres}
 
 // faultKinds are all the kinds, in the summary's order; netfaults_test.go
-// has the network faults and the partition increase.
-var faultKinds = append(slices.Clone(processFaultKinds), netFaultKinds...)
+// has the network faults and the partition increase, brokerfaults_test.go
+// those of a cluster's brokers.
+var faultKinds = slices.Concat(processFaultKinds, netFaultKinds, brokerFaultKinds)
 
 // faultStats is what the summary says about one kind of fault.
 type faultStats struct {
@@ -90,6 +92,7 @@ type faultStats struct {
 // summary is the JSON written to TIDEMARK_CHAOS_SUMMARY.
 type summary struct {
 	Mode            string                 `json:"mode"`
+	Nodes           int                    `json:"kafka_nodes"`
 	Seed            uint64                 `json:"seed"`
 	FaultPhase      float64                `json:"fault_phase_s"`
 	Total           float64                `json:"total_s"`
@@ -118,7 +121,16 @@ type summary struct {
 	ResetsMidFetch    int     `json:"resets_mid_fetch"`
 	ResetsRandom      int     `json:"resets_random"`
 	ResetConns        int     `json:"reset_random_connections"`
-	Pass              bool    `json:"pass"`
+	// The failed commits (the runner's "commit failed" log lines: franz-go
+	// gave up on the request after its own retries of NOT_COORDINATOR and
+	// the like) by the fault during which they were logged and by error.
+	CommitFailures      map[string]map[string]int `json:"commit_failures"`
+	CommitFailuresTotal int                       `json:"commit_failures_total"`
+	FinalCommitFailures int                       `json:"final_commit_failures"`
+	// The broker faults (brokerfaults_test.go): the longest wait after a
+	// fault until every partition had its replicas in sync again.
+	WorstBackInSync float64 `json:"worst_back_in_sync_s,omitempty"`
+	Pass            bool    `json:"pass"`
 }
 
 // TestChaos is the chaos suite; the package documentation and
@@ -144,9 +156,29 @@ func TestChaos(t *testing.T) {
 
 	brokers := bed.Kafka(t)
 	tb, tbOut := openBed(t, brokers)
+	nodes, err := tb.Nodes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// make soak CLUSTER=3 says how many nodes the run is for: a bed of
+	// another size would silently run other faults.
+	if want := os.Getenv("TIDEMARK_CHAOS_NODES"); want != "" && want != strconv.Itoa(len(nodes)) {
+		t.Fatalf("TIDEMARK_CHAOS_NODES=%s, but the bed in %s has %d Kafka node(s): scripts/testbed down, then TIDEMARK_KAFKA_NODES=%s scripts/testbed up\n%s",
+			want, tb.Dir(), len(nodes), want, bed.StartHint)
+	}
+	cluster := len(nodes) > 1
+	if cluster && len(nodes) != replicas {
+		t.Fatalf("the broker faults need a cluster of %d nodes (TIDEMARK_KAFKA_NODES=%d scripts/testbed up); this bed has %d", replicas, replicas, len(nodes))
+	}
 	// restart restarts one service of the bed in this process; the bed's
-	// progress lines are shown only when it fails.
+	// progress lines are shown only when it fails. Kafka's goes through
+	// the broker faults (set below), which make the consumers' proxies
+	// refuse connections while it is down.
+	var bf *brokerFaults
 	restart := func(ctx context.Context, svc testbed.Service, m testbed.Mode) error {
+		if svc.Kind == testbed.Kafka {
+			return bf.restartKafka(ctx, m)
+		}
 		tbOut.Reset()
 		if err := tb.Restart(ctx, svc, m); err != nil {
 			return fmt.Errorf("%v\n%s", err, tbOut)
@@ -159,10 +191,10 @@ func TestChaos(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
 		t.Fatal(err)
 	}
-	topic, group := bed.Topic(t, partitions), bed.Group(t)
-	dlq := topic + ".dlq"
 	adm := bed.Admin(t)
-	t.Cleanup(func() { // registered after bed.Topic's: runs before it
+	topic, group := clusterTopic(t, adm, cluster), bed.Group(t)
+	dlq := topic + ".dlq"
+	t.Cleanup(func() { // registered after the topic's: runs before it
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_, _ = adm.DeleteTopic(ctx, dlq)
@@ -172,13 +204,18 @@ func TestChaos(t *testing.T) {
 	// for whatever runs next.
 	var restartFailed atomic.Bool
 	t.Cleanup(func() {
-		if restartFailed.Load() {
+		if restartFailed.Load() || cluster { // on a cluster, a failed fault may have left a node down or paused
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			for _, svc := range []testbed.Service{{Kind: testbed.Kafka}, {Kind: testbed.Postgres}} {
 				tbOut.Reset()
 				if err := tb.Start(ctx, svc); err != nil {
 					t.Logf("cleanup: start %s: %v\n%s", svc, err, tbOut)
+				}
+			}
+			if cluster {
+				if err := tb.WaitInSync(ctx, inSyncWithin); err != nil {
+					t.Logf("cleanup: %v", err)
 				}
 			}
 		}
@@ -247,13 +284,33 @@ func TestChaos(t *testing.T) {
 			t.Logf("chaos: TIDEMARK_CHAOS_BREAK_FENCE=1: the inbox's commit-time fence is off in this run's schema; the run must fail")
 		}
 	}
-	mon := newMonitor(adm, group, topic, partitions, sampleEvery, shared)
+	// The monitor's client is its own, for unstick below.
+	mcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.MetadataMinAge(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(mcl.Close)
+	madm := kadm.NewClient(mcl)
+	mon := newMonitor(madm, group, topic, partitions, sampleEvery, shared)
 	bg.Add(1)
 	go func() { defer bg.Done(); mon.run(runCtx) }()
+	var unstuck atomic.Int64
+	if cluster {
+		bg.Add(1)
+		go func() { defer bg.Done(); unstick(runCtx, mcl, mon, group, &unstuck) }()
+	}
 	lw := newLeases(pool, group, topic, sampleEvery)
 	bg.Add(1)
 	go func() { defer bg.Done(); lw.run(runCtx) }()
-	nf := newNetFaults(fl, mon, adm, topic)
+	nf := newNetFaults(fl, mon, madm, topic)
+	bf = newBrokerFaults(tb, tbOut, nodes, nodeAddrs(t, adm), fl, mon, nf, topic, group)
+	if cluster {
+		// A bed just up, or a run before this one, may have left a
+		// replica behind: the first fault must not take a second one.
+		if _, err := bf.settle(runCtx); err != nil {
+			t.Fatalf("before the run: %v", err)
+		}
+	}
 
 	// Two producers, odd and even order numbers, for the whole fault phase.
 	prodCtx, stopProducing := context.WithCancel(runCtx)
@@ -296,11 +353,12 @@ func TestChaos(t *testing.T) {
 	// that every kind occurs once in each round; the first round always
 	// completes, however short the duration.
 	stats := map[string]*faultStats{}
-	for _, k := range faultKinds {
+	for _, k := range slices.Concat(processFaultKinds, netFaultKinds, bf.kinds()) {
 		stats[k] = &faultStats{}
 	}
 	var worst time.Duration
 	var worstKind string
+	var windows []faultWindow
 	var deck []string
 	faultStart := time.Now()
 	round := 0
@@ -310,10 +368,11 @@ func TestChaos(t *testing.T) {
 				break
 			}
 			round++
-			deck = append(slices.Clone(processFaultKinds), nf.kinds()...)
+			deck = slices.Concat(processFaultKinds, nf.kinds(), bf.kinds())
 			rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
+			deck = bf.expand(deck)
 		}
-		if round > 1 && time.Since(faultStart) >= duration {
+		if round > 1 && time.Since(faultStart) >= duration && !bf.rollingUnderWay() {
 			break
 		}
 		kind := deck[0]
@@ -329,11 +388,15 @@ func TestChaos(t *testing.T) {
 		}
 		before := mon.latest()
 		at := time.Now()
-		detail, resumed, err := inject(runCtx, &bg, kind, fl, nf, rng, restart, &restartFailed)
+		from := at // the fault's window, for its failed commits
+		detail, resumed, err := inject(runCtx, &bg, kind, fl, nf, bf, rng, restart, &restartFailed)
 		if err != nil {
 			t.Fatalf("fault %d (%s): %v; seed %d", n, kind, err, seed)
 		}
 		if at2, before2, ok := nf.startedAt(); ok {
+			at, before = at2, before2
+		}
+		if at2, before2, ok := bf.startedAt(); ok {
 			at, before = at2, before2
 		}
 		took, stuck, ok := waitRecovered(runCtx, mon, before, at, time.Now(), recoverWithin)
@@ -347,6 +410,14 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("fault %d (%s, %s) at %s: not recovered after %s: partitions %v stuck (committed %v, end %v); consumer logs in %s; seed %d",
 				n, kind, detail, at.Format("15:04:05.000"), recoverWithin, stuck, s.committed, s.end, logDir, seed)
 		}
+		if cluster {
+			back, err := bf.settle(runCtx)
+			if err != nil {
+				t.Fatalf("fault %d (%s, %s): the cluster back in sync: %v; seed %d", n, kind, detail, err, seed)
+			}
+			detail += fmt.Sprintf(", in sync %s later", back.Round(100*time.Millisecond))
+		}
+		windows = append(windows, faultWindow{kind: kind, from: from, to: time.Now()})
 		st := stats[kind]
 		st.Count++
 		st.total += took
@@ -366,7 +437,9 @@ func TestChaos(t *testing.T) {
 		if u := fl.unexpected(); len(u) > 0 {
 			t.Fatalf("a consumer died without being told to: %s; seed %d", strings.Join(u, "; "), seed)
 		}
-		sleep(runCtx, time.Duration(500+rng.IntN(2500))*time.Millisecond)
+		if !bf.rollingUnderWay() { // a rolling restart's next node follows at once
+			sleep(runCtx, time.Duration(500+rng.IntN(2500))*time.Millisecond)
+		}
 	}
 	faultPhase := time.Since(faultStart)
 
@@ -422,6 +495,13 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	epochs, _ := lw.counts()
+	commits, final, err := commitFailures(logDir, windows)
+	if err != nil {
+		t.Error(err)
+	}
+	if cluster {
+		t.Logf("chaos: the monitor's client was made to forget a dead coordinator %d times", unstuck.Load())
+	}
 
 	sum := summary{
 		Mode: *mode, Seed: seed, FaultPhase: faultPhase.Seconds(), Total: time.Since(began).Seconds(), Partitions: partitions,
@@ -430,8 +510,15 @@ func TestChaos(t *testing.T) {
 		Samples: ok, SamplesFailed: failed, Lost: res.lost, Duplicated: res.duplicated,
 		OrderViolations: res.orderViolations, BackwardCommits: len(backward), DeadLettered: dead,
 		FencedLanded: len(landed), LeaseEpochs: epochs,
+		CommitFailures: commits, FinalCommitFailures: final,
 	}
 	nf.summarize(&sum)
+	bf.summarize(&sum)
+	for _, byErr := range commits {
+		for _, c := range byErr {
+			sum.CommitFailuresTotal += c
+		}
+	}
 	for _, st := range stats {
 		sum.FaultsTotal += st.Count
 		if st.Count > 0 {
@@ -451,6 +538,11 @@ func TestChaos(t *testing.T) {
 		t.Errorf("the %d consumers cut off from Kafka counted no fenced record (tidemark.records.fenced): the zombie that keeps writing to PostgreSQL after the group moved its partitions did not happen, so the run did not test its fencing",
 			stats[faultCutKafka].Count)
 	}
+	if final > 0 {
+		// A final commit that fails leaves records to be delivered again:
+		// allowed (the inbox skips them), worth seeing.
+		t.Logf("chaos: %d final commits (of a revoke or a stop) failed", final)
+	}
 	if prodFailed.Load() > 0 {
 		t.Logf("chaos: %d produce requests failed for good (not in the topic, not expected)", prodFailed.Load())
 	}
@@ -462,6 +554,36 @@ func TestChaos(t *testing.T) {
 	} else {
 		t.Logf("chaos: consumer logs kept in %s; replay with TIDEMARK_CHAOS_SEED=%d", logDir, seed)
 	}
+}
+
+// clusterTopic creates the run's topic: bed.Topic's of one replica on a bed
+// of one node, on a cluster one of three replicas (min.insync.replicas 2,
+// the bed's default; the orders processes create the dead-letter topic
+// with the broker's default replication factor, three too).
+func clusterTopic(t *testing.T, adm *kadm.Client, cluster bool) string {
+	t.Helper()
+	if !cluster {
+		return bed.Topic(t, partitions)
+	}
+	ctx := context.Background()
+	topic := fmt.Sprintf("chaos-cluster-%d", time.Now().UnixNano())
+	if r, err := adm.CreateTopic(ctx, partitions, replicas, nil, topic); err != nil || r.Err != nil {
+		t.Fatalf("create %s: %v %v", topic, err, r.Err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = adm.DeleteTopic(ctx, topic)
+	})
+	if err := waitFor(ctx, time.Minute, func() bool {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		l, err := adm.ListEndOffsets(lctx, topic)
+		return err == nil && l.Error() == nil && len(l[topic]) == partitions
+	}); err != nil {
+		t.Fatalf("%s: not every partition answered ListOffsets within a minute", topic)
+	}
+	return topic
 }
 
 // feasible returns kind, or another kind when kind cannot run now: at least
@@ -489,7 +611,7 @@ func feasible(kind string, fl *fleet) string {
 // inject starts one fault and returns a description. For a pause it returns
 // a channel that receives the outcome of the SIGCONT, sent pauseFor later
 // (or as soon as ctx ends) by a goroutine counted in bg.
-func inject(ctx context.Context, bg *sync.WaitGroup, kind string, fl *fleet, nf *netFaults, rng *rand.Rand,
+func inject(ctx context.Context, bg *sync.WaitGroup, kind string, fl *fleet, nf *netFaults, bf *brokerFaults, rng *rand.Rand,
 	restart func(context.Context, testbed.Service, testbed.Mode) error, restartFailed *atomic.Bool) (string, <-chan error, error) {
 	pick := func() *consumer {
 		cs := fl.running(true)
@@ -497,6 +619,9 @@ func inject(ctx context.Context, bg *sync.WaitGroup, kind string, fl *fleet, nf 
 	}
 	if nf.handles(kind) {
 		return nf.inject(ctx, bg, kind, rng)
+	}
+	if bf.handles(kind) {
+		return bf.inject(ctx, bg, kind, rng)
 	}
 	switch kind {
 	case faultKill:

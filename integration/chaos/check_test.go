@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -433,15 +434,22 @@ func deadLettered(t *testing.T, dlq string) int64 {
 func report(t *testing.T, s summary) {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "chaos summary (%s mode, seed %d)\n", s.Mode, s.Seed)
+	fmt.Fprintf(&b, "chaos summary (%s mode, %d Kafka node(s), seed %d)\n", s.Mode, s.Nodes, s.Seed)
 	fmt.Fprintf(&b, "  fault phase        %.1fs (run %.1fs), %d partitions, %d consumers started\n", s.FaultPhase, s.Total, s.Partitions, s.ConsumersRun)
-	fmt.Fprintf(&b, "  produced           %d orders (%d produce failures)\n", s.Produced, s.ProduceFailed)
+	fmt.Fprintf(&b, "  produced           %d orders, acks=all (%d produce failures)\n", s.Produced, s.ProduceFailed)
 	fmt.Fprintf(&b, "  faults survived    %d\n", s.FaultsTotal)
 	for _, k := range faultKinds {
 		f := s.Faults[k]
+		if s.Nodes < replicas && slices.Contains(brokerFaultKinds, k) {
+			continue // not dealt on a bed of one node
+		}
 		fmt.Fprintf(&b, "    %-17s %3d   recovery worst %5.1fs  mean %5.1fs\n", k, f.Count, f.WorstRecovery, f.MeanRecovery)
 	}
 	fmt.Fprintf(&b, "  worst recovery     %.1fs (%s)\n", s.WorstRecovery, s.WorstKind)
+	if s.Nodes >= replicas {
+		fmt.Fprintf(&b, "  worst wait for the cluster back in sync after a fault %.1fs\n", s.WorstBackInSync)
+	}
+	reportCommits(&b, s)
 	fmt.Fprintf(&b, "  final catch-up     %.1fs\n", s.FinalCatchUp)
 	if s.Mode == "share" {
 		fmt.Fprintf(&b, "  lag samples        %d (%d failed during restarts)\n", s.Samples, s.SamplesFailed)

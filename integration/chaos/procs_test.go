@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -165,6 +167,7 @@ type fleet struct {
 	// Set by network: each consumer's connections go through proxies.
 	kafkaTargets []string // the broker addresses a client dials: seeds and advertised
 	dsn          string
+	down         map[string]bool // targets whose broker the bed stopped (see targetsDown)
 
 	mu    sync.Mutex
 	all   []*consumer
@@ -202,6 +205,11 @@ func (f *fleet) proxies(c *consumer) ([]string, error) {
 			c.closeProxies()
 			return nil, err
 		}
+		f.mu.Lock()
+		if f.down[target] {
+			p.Cut()
+		}
+		f.mu.Unlock()
 		c.kafka = append(c.kafka, p)
 		dial = append(dial, target+"="+p.Addr())
 	}
@@ -214,6 +222,56 @@ func (f *fleet) proxies(c *consumer) ([]string, error) {
 	c.pg = p
 	u.Host = p.Addr()
 	return []string{"-kafka-dial", strings.Join(dial, ","), "-dsn", u.String()}, nil
+}
+
+// targetsDown makes every consumer's proxies of the targets refuse
+// connections (tcpproxy.Cut), as the stopped broker behind them does: a
+// proxy in front of a dead broker would otherwise accept each dial and then
+// close it when its own dial fails, and a client would see a connection
+// that ends, not the refused dial it sees from a dead broker (franz-go
+// forgets a cached coordinator only on a failed dial). The bed's verbs
+// call it once the broker stopped, targetsUp once it is started again.
+func (f *fleet) targetsDown(targets []string) {
+	f.mu.Lock()
+	if f.down == nil {
+		f.down = map[string]bool{}
+	}
+	for _, a := range targets {
+		f.down[a] = true
+	}
+	cs := slices.Clone(f.all)
+	f.mu.Unlock()
+	for _, c := range cs {
+		for _, p := range c.kafka {
+			if slices.Contains(targets, p.Target()) {
+				p.Cut()
+			}
+		}
+	}
+}
+
+// targetsUp undoes targetsDown for the targets.
+func (f *fleet) targetsUp(targets []string) error {
+	f.mu.Lock()
+	for _, a := range targets {
+		delete(f.down, a)
+	}
+	cs := slices.Clone(f.all)
+	f.mu.Unlock()
+	var errs []error
+	for _, c := range cs {
+		if c.exited() {
+			continue
+		}
+		for _, p := range c.kafka {
+			if slices.Contains(targets, p.Target()) {
+				if err := p.Restore(); err != nil && !c.exited() { // an exited one's proxies are closed
+					errs = append(errs, fmt.Errorf("%s: %w", c.name, err))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func newFleet(t *testing.T, bin, logDir string, args, env []string) *fleet {
