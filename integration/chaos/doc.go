@@ -7,7 +7,11 @@
 // (internal/tcpproxy), so one consumer alone can be cut off from Kafka while
 // it keeps PostgreSQL (a zombie, whose effects the inbox must fence), cut
 // off from PostgreSQL, slowed down, or have its broker connections reset;
-// and partitions are added to the topic while it is consumed. At the end
+// and partitions are added to the topic while it is consumed. On a bed of
+// three Kafka nodes (TIDEMARK_KAFKA_NODES=3 scripts/testbed up, or make soak
+// CLUSTER=3) the leader of a consumed partition and the group's coordinator
+// are killed too, the nodes restarted one by one, and a leader frozen past
+// the broker session timeout. At the end
 // every record must have been applied exactly once
 // (inbox rows and effects, against the topic read back), each key's effects
 // in offset order within its partition, no committed offset may ever have
