@@ -180,9 +180,7 @@ func (b *Bed) Up(ctx context.Context) (err error) {
 			return
 		}
 		if !kafkaRuns && st.Kafka != nil {
-			for i := range st.Kafka.Nodes {
-				_ = b.stopNode(&st.Kafka.Nodes[i], Graceful, len(st.Kafka.Nodes))
-			}
+			_ = b.stopNodes(st.nodes(Service{Kind: Kafka}), Graceful, len(st.Kafka.Nodes))
 		}
 		if !pgRuns && st.Postgres != nil {
 			_ = b.stopPG(st.Postgres, Graceful)
@@ -267,9 +265,7 @@ func (b *Bed) Down(ctx context.Context) error {
 		errs = append(errs, b.legacyDown())
 	} else {
 		if st.Kafka != nil {
-			for i := range st.Kafka.Nodes {
-				errs = append(errs, b.stopNode(&st.Kafka.Nodes[i], Graceful, len(st.Kafka.Nodes)))
-			}
+			errs = append(errs, b.stopNodes(st.nodes(Service{Kind: Kafka}), Graceful, len(st.Kafka.Nodes)))
 		}
 		if st.Postgres != nil {
 			errs = append(errs, b.stopPG(st.Postgres, Graceful))
@@ -372,11 +368,7 @@ func (b *Bed) stop(st *State, s Service, m Mode) error {
 	if s.Kind == Postgres {
 		return b.stopPG(st.Postgres, m)
 	}
-	var errs []error
-	for _, n := range st.nodes(s) {
-		errs = append(errs, b.stopNode(n, m, len(st.Kafka.Nodes)))
-	}
-	return errors.Join(errs...)
+	return b.stopNodes(st.nodes(s), m, len(st.Kafka.Nodes))
 }
 
 func (b *Bed) start(ctx context.Context, st *State, s Service) error {

@@ -1,8 +1,10 @@
 package testbed_test
 
 import (
+	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,5 +73,115 @@ func TestPauseResume(t *testing.T) {
 	}
 	if err := f.bed.Pause(ctx, testbed.Service{Kind: testbed.Postgres}); err == nil || !strings.Contains(err.Error(), "only Kafka") {
 		t.Errorf("pause postgres: %v, want an error", err)
+	}
+}
+
+// quorumNode is a fake Kafka node of a KRaft cluster whose nodes are all
+// controllers: a SIGTERM's controlled shutdown ends (exit 0) only once
+// every one of the $NODES nodes has got its SIGTERM, as a real node's needs
+// the quorum of controllers, the others, alive. Each node, on SIGTERM,
+// creates $TERMDIR/$NODE and waits for $NODES files there.
+const quorumNode = `trap 'touch "$TERMDIR/$NODE"; while :; do set -- "$TERMDIR"/*; [ $# -ge "$NODES" ] && exit 0; sleep 0.05; done' TERM
+echo ready; while :; do sleep 0.05; done`
+
+// newFakeCluster is a bed of nodes quorumNode nodes, with the stop timeout
+// stopTimeout and PostgreSQL recorded as not running. It returns the bed
+// and the directory where the nodes note their SIGTERM.
+func newFakeCluster(t *testing.T, nodes int, stopTimeout time.Duration) (*fakeBed, string) {
+	t.Helper()
+	root := t.TempDir()
+	f := &fakeBed{dir: filepath.Join(root, ".testbed"), out: &bytes.Buffer{}}
+	b, err := testbed.New(testbed.Config{Root: root, Out: f.out, StopTimeout: stopTimeout, KafkaNodes: nodes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.bed = b
+	termDir := filepath.Join(root, "term")
+	if err := os.MkdirAll(termDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := testbed.PlanNodes(f.dir, testbed.NewPorts(36000, 36001, 36002), nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ns {
+		m := ns[i].Mark()
+		ns[i].PID = startSh(t, quorumNode, []string{"TERMDIR=" + termDir, "NODE=" + strconv.Itoa(int(ns[i].ID)), "NODES=" + strconv.Itoa(nodes)}, m[0], m[1])
+	}
+	p := &testbed.PostgresState{Port: 36002, Data: filepath.Join(f.dir, "pg", "data"), Log: filepath.Join(f.dir, "pg", "postgres.log")}
+	f.st = &testbed.State{Kafka: &testbed.KafkaState{Version: "4.1.1", Nodes: ns}, Postgres: p}
+	if err := os.MkdirAll(f.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := testbed.SaveState(f.dir, f.st); err != nil {
+		t.Fatal(err)
+	}
+	return f, termDir
+}
+
+// TestStopClusterTogether: a graceful down, or stop of every node, of a
+// cluster sends SIGTERM to all its nodes at once and waits for them
+// together. Stopped one after the other, the last node had lost its
+// controller quorum, so its controlled shutdown could not finish and it got
+// SIGKILL after the stop timeout (30 s on every down of a cluster bed; the
+// chaos suite's graceful restart of Kafka was a kill -9 of the last node).
+// The fake nodes here end their shutdown only once all have got SIGTERM.
+func TestStopClusterTogether(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		stop func(context.Context, *fakeBed) error
+	}{
+		{"down", func(ctx context.Context, f *fakeBed) error { return f.bed.Down(ctx) }},
+		{"stop kafka", func(ctx context.Context, f *fakeBed) error {
+			// A paused node is continued first, else it cannot act on
+			// its SIGTERM.
+			if err := f.bed.Pause(ctx, testbed.Service{Kind: testbed.Kafka, Node: 2}); err != nil {
+				return err
+			}
+			return f.bed.Stop(ctx, testbed.Service{Kind: testbed.Kafka}, testbed.Graceful)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const nodes = 3
+			f, termDir := newFakeCluster(t, nodes, 3*time.Second)
+			pids := make([]int, nodes)
+			for i, n := range f.st.Kafka.Nodes {
+				pids[i] = n.PID
+			}
+			if err := c.stop(context.Background(), f); err != nil {
+				t.Fatal(err)
+			}
+			out := f.out.String()
+			if strings.Contains(out, "sent SIGKILL") {
+				t.Errorf("a node got SIGKILL, so it was not stopped together with the others:\n%s", out)
+			}
+			for i, pid := range pids {
+				id := i + 1
+				if !testbed.Exited(pid) {
+					t.Errorf("node %d (pid %d) runs after the stop", id, pid)
+				}
+				if !exists(filepath.Join(termDir, strconv.Itoa(id))) {
+					t.Errorf("node %d got no SIGTERM", id)
+				}
+				if w := "stopping Kafka node " + strconv.Itoa(id) + " (pid " + strconv.Itoa(pid) + ")"; !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			st, err := testbed.LoadState(f.dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.name == "down" {
+				if st != nil {
+					t.Error("state.json left after down")
+				}
+				return
+			}
+			for _, n := range st.Kafka.Nodes {
+				if n.PID != 0 || n.Paused {
+					t.Errorf("node %d recorded after the stop as pid %d, paused %v; want 0, false", n.ID, n.PID, n.Paused)
+				}
+			}
+		})
 	}
 }

@@ -240,42 +240,67 @@ func (b *Bed) startNodes(ctx context.Context, st *State, ns []*Broker) error {
 	return nil
 }
 
-// stopNode stops node n's JVM and clears its pid: SIGTERM (a controlled
-// shutdown) then SIGKILL after the stop timeout, or SIGKILL at once under
-// Crash.
-func (b *Bed) stopNode(n *Broker, m Mode, nodes int) error {
-	name := "Kafka"
-	if nodes > 1 {
-		name = fmt.Sprintf("Kafka node %d", n.ID)
-	}
-	if !ours(n.PID, n.mark()) {
-		b.notRunning(name, n.PID)
-		n.PID = 0
-		return nil
-	}
-	if n.Paused {
-		// A stopped process does not act on SIGTERM until it runs again.
-		if err := b.resumeNode(n, nodes); err != nil {
-			return err
+// stopNodes stops the JVMs of nodes ns of a cluster of nodes nodes and
+// clears their pids: SIGTERM (a controlled shutdown) then SIGKILL after the
+// stop timeout, or SIGKILL at once under Crash. The nodes are signalled at
+// once and waited for together: a node's controlled shutdown needs the
+// controller quorum, so the last of nodes stopped one after the other
+// would wait out the stop timeout with its voters gone and get SIGKILL. A
+// paused node is continued first. A node that fails to stop keeps its pid
+// recorded; the others are stopped all the same.
+func (b *Bed) stopNodes(ns []*Broker, m Mode, nodes int) error {
+	var errs []error
+	var run []*Broker
+	for _, n := range ns {
+		name := nodeName(n, nodes)
+		if !ours(n.PID, n.mark()) {
+			b.notRunning(name, n.PID)
+			n.PID = 0
+			continue
 		}
+		if n.Paused {
+			// A stopped process does not act on SIGTERM until it runs again.
+			if err := b.resumeNode(n, nodes); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		if m == Crash {
+			b.say("killing %s (pid %d, SIGKILL)", name, n.PID)
+		} else {
+			b.say("stopping %s (pid %d)", name, n.PID)
+		}
+		run = append(run, n)
 	}
-	var killed bool
-	var err error
+	sig, timeout := syscall.SIGTERM, b.cfg.StopTimeout
 	if m == Crash {
-		b.say("killing %s (pid %d, SIGKILL)", name, n.PID)
-		_, err = stopProcess(n.PID, n.mark(), syscall.SIGKILL, 10*time.Second)
-	} else {
-		b.say("stopping %s (pid %d)", name, n.PID)
-		killed, err = stopProcess(n.PID, n.mark(), syscall.SIGTERM, b.cfg.StopTimeout)
+		sig, timeout = syscall.SIGKILL, 10*time.Second
 	}
-	if killed {
-		b.say("%s (pid %d) was still running after %s; sent SIGKILL", name, n.PID, b.cfg.StopTimeout)
+	// The goroutines only signal and wait; the output and the state are
+	// written here, after them.
+	killed := make([]bool, len(run))
+	stopErrs := make([]error, len(run))
+	var wg sync.WaitGroup
+	for i, n := range run {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			killed[i], stopErrs[i] = stopProcess(n.PID, n.mark(), sig, timeout)
+		}()
 	}
-	if err != nil {
-		return fmt.Errorf("stop %s: %w", name, err) // the pid stays recorded
+	wg.Wait()
+	for i, n := range run {
+		name := nodeName(n, nodes)
+		if killed[i] {
+			b.say("%s (pid %d) was still running after %s; sent SIGKILL", name, n.PID, timeout)
+		}
+		if stopErrs[i] != nil {
+			errs = append(errs, fmt.Errorf("stop %s: %w", name, stopErrs[i])) // the pid stays recorded
+			continue
+		}
+		n.PID = 0
 	}
-	n.PID = 0
-	return nil
+	return errors.Join(errs...)
 }
 
 func (b *Bed) kafkaName(st *State, n Broker) string {
