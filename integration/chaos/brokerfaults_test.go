@@ -153,7 +153,7 @@ func nodeAddrs(t *testing.T, adm *kadm.Client) map[int32]string {
 	defer cancel()
 	bs, err := adm.ListBrokers(ctx)
 	if err != nil {
-		t.Fatalf("listing the brokers: %v", err)
+		t.Fatalf("listing the brokers, whose advertised addresses each consumer's proxies stand for: %v", err)
 	}
 	out := map[int32]string{}
 	for _, b := range bs {

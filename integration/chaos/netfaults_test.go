@@ -7,9 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -351,18 +349,12 @@ func reportNet(t *testing.T, s summary) {
 // and every broker's advertised address (from the cluster's metadata).
 func kafkaAddresses(t *testing.T, adm *kadm.Client, seeds []string) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	bs, err := adm.ListBrokers(ctx)
-	if err != nil {
-		t.Fatalf("listing the brokers, whose advertised addresses each consumer's proxies stand for: %v", err)
-	}
 	set := map[string]bool{}
 	for _, a := range seeds {
 		set[a] = true
 	}
-	for _, b := range bs {
-		set[net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))] = true
+	for _, a := range nodeAddrs(t, adm) {
+		set[a] = true
 	}
 	out := make([]string, 0, len(set))
 	for a := range set {
