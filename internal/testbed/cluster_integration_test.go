@@ -106,8 +106,14 @@ func TestClusterVerbs(t *testing.T) {
 	// client's default), through every node but skip: a client whose seed
 	// is a paused broker waits out a request timeout on it (the dial
 	// succeeds, nothing answers) before it tries another.
+	// 90 s: with the active controller paused, a broker's first
+	// idempotent write waits for a producer id block, which it asks the
+	// controller for over a channel that still points at the paused node
+	// until that request times out (30 s): the write failed within 30 s
+	// with COORDINATOR_LOAD_IN_PROGRESS once (node 2 paused; leadership
+	// moved after 26.8 s).
 	produce := func(p, skip int32) error {
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		pctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 		defer cancel()
 		r := &kgo.Record{Topic: topic, Partition: p, Value: []byte("x")}
 		var seeds []string
@@ -200,9 +206,11 @@ func TestClusterVerbs(t *testing.T) {
 	}
 	np := moved("the leader of partition 1", p, leader1)
 	t.Logf("paused node %d, the leader of %s/1: node %d leads after %s", p, topic, np, time.Since(t0).Round(10*time.Millisecond))
+	t0 = time.Now()
 	if err := produce(1, p); err != nil {
 		t.Errorf("acks=all write to partition 1 with node %d paused: %v", p, err)
 	}
+	t.Logf("acks=all write to partition 1 with node %d paused: %s", p, time.Since(t0).Round(10*time.Millisecond))
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	s, _ := b.Status(sctx)
 	cancel()
