@@ -20,6 +20,12 @@ import (
 
 // echo runs a loopback server that echoes each line, until the test ends.
 func echo(t *testing.T) string {
+	return serve(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
+}
+
+// serve runs a loopback server that hands each connection to handle, until
+// the test ends (the connections are closed then).
+func serve(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -42,7 +48,7 @@ func echo(t *testing.T) string {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, _ = io.Copy(c, c)
+				handle(c)
 			}()
 		}
 	}()
@@ -324,53 +330,20 @@ func isTimeout(err error) bool {
 // never answers (so that a reset after it cannot race its answer), until
 // the test ends.
 func echoBut(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	return serve(t, func(c net.Conn) {
+		r := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			line, err := r.ReadString('\n')
 			if err != nil {
 				return
 			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					if line != "boom\n" {
-						if _, err := io.WriteString(c, line); err != nil {
-							return
-						}
-					}
+			if line != "boom\n" {
+				if _, err := io.WriteString(c, line); err != nil {
+					return
 				}
-			}()
+			}
 		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
 	})
-	return ln.Addr().String()
 }
 
 func TestResetAfter(t *testing.T) {
