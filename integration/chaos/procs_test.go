@@ -3,26 +3,24 @@
 package chaos_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tidemark/tidemark/internal/promtext"
 	"github.com/tidemark/tidemark/internal/tcpproxy"
 )
 
@@ -99,30 +97,11 @@ func (c *consumer) metric(ctx context.Context, name string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	m, err := promtext.Scrape(ctx, addr)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%s: %w", c.name, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("%s: GET /metrics: %w", c.name, err)
-	}
-	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: /metrics line %q: %w", c.name, line, err)
-		}
-		sum += v
-	}
-	return sum, sc.Err()
+	return m[name], nil
 }
 
 // httpAddr is the address c serves /metrics on: -http 127.0.0.1:0 picks a

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/integration/bed"
+	"github.com/tidemark/tidemark/internal/promtext"
 )
 
 // The knobs of TestStrictCheckBites: 600 orders at about 160 a second
@@ -158,7 +158,7 @@ func strictRun(t *testing.T, tags string, off bool) {
 		t.Fatalf("%s did not apply and commit every record within 3 minutes (log %s)", last.name, last.log)
 	}
 	addr := httpAddr(t, last)
-	m, err := scrape(addr)
+	m, err := promtext.Scrape(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,40 +327,4 @@ func httpAddr(t *testing.T, c *consumer) string {
 	}
 	t.Fatalf("%s did not log its HTTP address within 30s (log %s)", c.name, c.log)
 	return ""
-}
-
-// scrape reads addr's /metrics and returns each metric's value summed over
-// its series.
-func scrape(addr string) (map[string]float64, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s/metrics: %s", addr, resp.Status)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		name := line[:i]
-		if j := strings.IndexAny(name, "{ "); j >= 0 {
-			name = name[:j]
-		}
-		out[name] += v
-	}
-	return out, sc.Err()
 }

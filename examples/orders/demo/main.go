@@ -14,17 +14,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +29,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/internal/promtext"
 )
 
 func main() {
@@ -360,7 +359,7 @@ func (r replays) minus(o replays) replays { return replays{r.found - o.found, r.
 func replaysOf(ins ...*instance) (replays, error) {
 	var r replays
 	for _, in := range ins {
-		m, err := scrape(in.addr)
+		m, err := promtext.Scrape(context.Background(), in.addr)
 		if err != nil {
 			return r, fmt.Errorf("instance %s: %w", in.name, err)
 		}
@@ -368,38 +367,4 @@ func replaysOf(ins ...*instance) (replays, error) {
 		r.skipped += int64(m["tidemark_records_replay_skipped_total"])
 	}
 	return r, nil
-}
-
-// scrape reads addr's /metrics and returns each metric's value summed over
-// its series.
-func scrape(addr string) (map[string]float64, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s/metrics: %s", addr, resp.Status)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		i := strings.LastIndexByte(line, ' ')
-		if line == "" || line[0] == '#' || i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		name := line[:i]
-		if j := strings.IndexAny(name, "{ "); j >= 0 {
-			name = name[:j]
-		}
-		out[name] += v
-	}
-	return out, sc.Err()
 }
