@@ -760,17 +760,8 @@ func produce(runCtx, ctx context.Context, brokers []string, topic string, first,
 // TIDEMARK_KAFKA_BROKERS and TIDEMARK_PG_DSN name: the suite restarts them.
 func openBed(t *testing.T, brokers []string) (*testbed.Bed, *bytes.Buffer) {
 	t.Helper()
-	root, err := testbed.FindRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := testbed.FromEnv(root, os.Getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := &bytes.Buffer{}
-	cfg.Out = out
-	tb, err := testbed.New(cfg)
+	tb, err := testbed.Open(out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -20,6 +21,23 @@ type Bed struct {
 	// heapDefault: Config.KafkaHeap was empty, so a cluster gets
 	// DefaultClusterHeap whatever withDefaults chose.
 	heapDefault bool
+}
+
+// Open returns the Bed of the checkout that the working directory is in,
+// configured from the environment (FromEnv), with its progress lines going
+// to out: what a test that drives the bed's verbs itself opens. It starts
+// nothing.
+func Open(out io.Writer) (*Bed, error) {
+	root, err := FindRoot(".")
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := FromEnv(root, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Out = out
+	return New(cfg)
 }
 
 // New returns the Bed that cfg describes. It starts nothing.

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -29,17 +28,8 @@ import (
 // of three nodes that serves.
 func clusterBed(t *testing.T) (*testbed.Bed, *bytes.Buffer, *testbed.State) {
 	t.Helper()
-	root, err := testbed.FindRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := testbed.FromEnv(root, os.Getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := &bytes.Buffer{}
-	cfg.Out = out
-	b, err := testbed.New(cfg)
+	b, err := testbed.Open(out)
 	if err != nil {
 		t.Fatal(err)
 	}
