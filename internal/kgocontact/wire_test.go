@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tidemark/tidemark/pkg/source/internal/kgocontact"
+	"github.com/tidemark/tidemark/internal/kgocontact"
 )
 
 // pipeConn is a net.Conn that keeps what is written and reads what the
