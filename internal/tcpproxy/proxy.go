@@ -47,6 +47,7 @@ type Proxy struct {
 	held     chan struct{} // non-nil while blackholed; closed by Restore
 	up, down time.Duration // latency towards the target, towards the client
 	resetOn  func(toTarget bool, b []byte) bool
+	wrap     func(net.Conn) net.Conn
 	conns    map[*pipe]struct{}
 	closed   bool
 
@@ -175,6 +176,17 @@ func (p *Proxy) Restore() error {
 	return nil
 }
 
+// WrapTarget makes the proxy copy through wrap(conn) for each connection to
+// the target it dials from now on: wrap sees the client's bytes written to
+// the target and the target's read back (a watcher of the protocol, such as
+// kgocontact.WatchConn). Cut, Reset and Close still act on the connection
+// itself.
+func (p *Proxy) WrapTarget(wrap func(net.Conn) net.Conn) {
+	p.mu.Lock()
+	p.wrap = wrap
+	p.mu.Unlock()
+}
+
 // SetLatency delays every chunk of bytes read from either side by d before
 // it is written to the other, for connections made before and after; 0
 // forwards at once. Throughput is not limited: chunks are queued.
@@ -264,10 +276,17 @@ func (p *Proxy) forward(client net.Conn) {
 	if !pp.setTarget(server) {
 		return // closed while dialing
 	}
+	p.mu.Lock()
+	wrap := p.wrap
+	p.mu.Unlock()
+	through := server
+	if wrap != nil {
+		through = wrap(server)
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.copy(server, client, pp, true) }()
-	go func() { defer wg.Done(); p.copy(client, server, pp, false) }()
+	go func() { defer wg.Done(); p.copy(through, client, pp, true) }()
+	go func() { defer wg.Done(); p.copy(client, through, pp, false) }()
 	wg.Wait()
 }
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -376,5 +377,48 @@ func TestResetAfter(t *testing.T) {
 	}
 	if got, err := roundTrip(c2, "fine"); err != nil || got != "fine" {
 		t.Fatalf("after ResetAfter(nil): %q, %v; want the connection alive", got, err)
+	}
+}
+
+// countingConn counts the bytes written to it and read from it.
+type countingConn struct {
+	net.Conn
+	wrote, read *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.wrote.Add(int64(n))
+	return n, err
+}
+
+func (c countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.read.Add(int64(n))
+	return n, err
+}
+
+func TestWrapTarget(t *testing.T) {
+	p := newProxy(t, echo(t))
+	var wrote, read atomic.Int64
+	var wrapped atomic.Int64
+	p.WrapTarget(func(c net.Conn) net.Conn {
+		wrapped.Add(1)
+		return countingConn{Conn: c, wrote: &wrote, read: &read}
+	})
+	c := dial(t, p.Addr())
+	if got, err := roundTrip(c, "hello"); err != nil || got != "hello" {
+		t.Fatalf("round trip = %q, %v", got, err)
+	}
+	if wrapped.Load() != 1 || wrote.Load() != 6 || read.Load() != 6 {
+		t.Fatalf("wrapped %d connections, %d bytes written to the target and %d read, want 1, 6 and 6",
+			wrapped.Load(), wrote.Load(), read.Load())
+	}
+	// Reset still reaches the connection under the wrapper.
+	if n := p.Reset(); n != 1 {
+		t.Fatalf("Reset = %d connections, want 1", n)
+	}
+	if _, err := roundTrip(c, "again"); err == nil {
+		t.Fatal("the client's connection still works after Reset")
 	}
 }
