@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -22,9 +23,11 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tidemark/tidemark/internal/kgocontact"
 	"github.com/tidemark/tidemark/internal/testbed"
 )
 
@@ -327,23 +330,33 @@ func (b *brokerFaults) summarize(s *summary) {
 	s.WorstBackInSync = b.worstInSync.Seconds()
 }
 
-// reportCommits logs the summary's failed commits by fault and error.
+// reportCommits logs the summary's refused and failed commits by fault and
+// error.
 func reportCommits(b *strings.Builder, s summary) {
+	fmt.Fprintf(b, "  commits answered   %d OffsetCommit answers on the wire, %d retried by franz-go through a coordinator move",
+		s.CommitsAnswered, s.CommitsRetried)
+	writeByFault(b, s.CommitsRefused)
+	b.WriteString("\n")
 	fmt.Fprintf(b, "  failed commits     %d (%d final; the next commit sends the newest safe offsets)", s.CommitFailuresTotal, s.FinalCommitFailures)
-	kinds := make([]string, 0, len(s.CommitFailures))
-	for k := range s.CommitFailures {
+	writeByFault(b, s.CommitFailures)
+	b.WriteString("\n")
+}
+
+// writeByFault writes counts by fault and error, a line per fault.
+func writeByFault(b *strings.Builder, byFault map[string]map[string]int) {
+	kinds := make([]string, 0, len(byFault))
+	for k := range byFault {
 		kinds = append(kinds, k)
 	}
 	sort.Strings(kinds)
 	for _, k := range kinds {
 		var parts []string
-		for code, c := range s.CommitFailures[k] {
+		for code, c := range byFault[k] {
 			parts = append(parts, fmt.Sprintf("%s %d", code, c))
 		}
 		sort.Strings(parts)
 		fmt.Fprintf(b, "\n    during %-16s %s", k, strings.Join(parts, ", "))
 	}
-	b.WriteString("\n")
 }
 
 // unstick works around a franz-go v1.22.3 bug that would blind the monitor
@@ -409,13 +422,7 @@ func commitFailures(logDir string, windows []faultWindow) (map[string]map[string
 			if strings.HasPrefix(e.Msg, "final commit failed") {
 				final++
 			}
-			kind := "between faults"
-			for _, w := range windows {
-				if !e.Time.Before(w.from) && !e.Time.After(w.to) {
-					kind = w.kind
-					break
-				}
-			}
+			kind := windowOf(windows, e.Time)
 			if out[kind] == nil {
 				out[kind] = map[string]int{}
 			}
@@ -427,6 +434,89 @@ func commitFailures(logDir string, windows []faultWindow) (map[string]map[string
 		}
 	}
 	return out, final, nil
+}
+
+// windowOf returns the kind of the fault whose window holds at, "between
+// faults" if none does.
+func windowOf(windows []faultWindow, at time.Time) string {
+	for _, w := range windows {
+		if !at.Before(w.from) && !at.After(w.to) {
+			return w.kind
+		}
+	}
+	return "between faults"
+}
+
+// commitWatch counts the OffsetCommit answers that the consumers' broker
+// connections carry, read off the wire by each consumer's proxies
+// (kgocontact.WatchConn through tcpproxy.WrapTarget): how many commits the
+// coordinator refused, by error and by the fault during which they came.
+// franz-go retries a commit refused with NOT_COORDINATOR,
+// COORDINATOR_NOT_AVAILABLE or COORDINATOR_LOAD_IN_PROGRESS itself, after
+// finding the coordinator again: those are the commits retried through a
+// coordinator move, which the runner never sees. A connection reset
+// before its answer leaves that request uncounted (the reset fault counts
+// those).
+type commitWatch struct {
+	mu      sync.Mutex
+	answers []commitAnswer
+}
+
+type commitAnswer struct {
+	at   time.Time
+	code string // "ok" or the Kafka error
+}
+
+// wrap is a tcpproxy.WrapTarget for a consumer's broker proxies.
+func (w *commitWatch) wrap(c net.Conn) net.Conn { return kgocontact.WatchConn(c, w.answer) }
+
+func (w *commitWatch) answer(a kgocontact.Answer) {
+	if a.Key != int16(kmsg.OffsetCommit) {
+		return
+	}
+	code := "ok"
+	if a.Err != nil {
+		code = a.Err.Error()
+		var ke *kerr.Error
+		if errors.As(a.Err, &ke) {
+			code = ke.Message
+		}
+	}
+	w.mu.Lock()
+	w.answers = append(w.answers, commitAnswer{time.Now(), code})
+	w.mu.Unlock()
+}
+
+// retriedByFranz reports whether franz-go retries a commit the coordinator
+// refused with code within the same commit.
+func retriedByFranz(code string) bool {
+	switch code {
+	case kerr.NotCoordinator.Message, kerr.CoordinatorNotAvailable.Message, kerr.CoordinatorLoadInProgress.Message:
+		return true
+	}
+	return false
+}
+
+// summarize adds the counts to s: every answer, the refused ones by fault
+// and error, and those franz-go retried.
+func (w *commitWatch) summarize(s *summary, windows []faultWindow) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s.CommitsRefused = map[string]map[string]int{}
+	for _, a := range w.answers {
+		s.CommitsAnswered++
+		if a.code == "ok" {
+			continue
+		}
+		kind := windowOf(windows, a.at)
+		if s.CommitsRefused[kind] == nil {
+			s.CommitsRefused[kind] = map[string]int{}
+		}
+		s.CommitsRefused[kind][a.code]++
+		if retriedByFranz(a.code) {
+			s.CommitsRetried++
+		}
+	}
 }
 
 // kafkaCode names an error by its Kafka code: the first word like

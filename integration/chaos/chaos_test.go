@@ -124,7 +124,13 @@ type summary struct {
 	// The failed commits (the runner's "commit failed" log lines: franz-go
 	// gave up on the request after its own retries of NOT_COORDINATOR and
 	// the like) by the fault during which they were logged and by error.
-	CommitFailures      map[string]map[string]int `json:"commit_failures"`
+	CommitFailures map[string]map[string]int `json:"commit_failures"`
+	// The OffsetCommit answers on the wire (commitWatch): all of them,
+	// the refused ones by fault and error, and those franz-go retried
+	// itself after finding the coordinator again.
+	CommitsAnswered     int                       `json:"commits_answered"`
+	CommitsRefused      map[string]map[string]int `json:"commits_refused"`
+	CommitsRetried      int                       `json:"commits_retried"`
 	CommitFailuresTotal int                       `json:"commit_failures_total"`
 	FinalCommitFailures int                       `json:"final_commit_failures"`
 	// The broker faults (brokerfaults_test.go): the longest wait after a
@@ -514,6 +520,7 @@ func TestChaos(t *testing.T) {
 	}
 	nf.summarize(&sum)
 	bf.summarize(&sum)
+	fl.commits.summarize(&sum, windows)
 	for _, byErr := range commits {
 		for _, c := range byErr {
 			sum.CommitFailuresTotal += c
@@ -537,6 +544,9 @@ func TestChaos(t *testing.T) {
 	if !shared && stats[faultCutKafka].Count > 0 && stats[faultCutKafka].Fenced == 0 {
 		t.Errorf("the %d consumers cut off from Kafka counted no fenced record (tidemark.records.fenced): the zombie that keeps writing to PostgreSQL after the group moved its partitions did not happen, so the run did not test its fencing",
 			stats[faultCutKafka].Count)
+	}
+	if !shared && sum.CommitsAnswered == 0 {
+		t.Errorf("the consumers' proxies read no OffsetCommit answer: the commit watch saw nothing, so its counts mean nothing")
 	}
 	if final > 0 {
 		// A final commit that fails leaves records to be delivered again:

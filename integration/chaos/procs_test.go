@@ -147,6 +147,7 @@ type fleet struct {
 	kafkaTargets []string // the broker addresses a client dials: seeds and advertised
 	dsn          string
 	down         map[string]bool // targets whose broker the bed stopped (see targetsDown)
+	commits      commitWatch     // the OffsetCommit answers on every consumer's broker connections
 
 	mu    sync.Mutex
 	all   []*consumer
@@ -184,6 +185,7 @@ func (f *fleet) proxies(c *consumer) ([]string, error) {
 			c.closeProxies()
 			return nil, err
 		}
+		p.WrapTarget(f.commits.wrap)
 		f.mu.Lock()
 		if f.down[target] {
 			p.Cut()
