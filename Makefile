@@ -133,16 +133,20 @@ integration:
 			$(GO) test -race -count=1 -v -run '^(TestChaos|TestStrictCheckBites)$$' -timeout $(INTEGRATION_TIMEOUT) -tags integration $(CHAOS_PKG); \
 	fi
 
-# The chaos suite as a soak: DURATION of faults (make soak DURATION=30m).
-# Starts the bed like make test and stops it afterwards unless it was
-# already running. TIDEMARK_CHAOS_SEED replays a run, TIDEMARK_CHAOS_SUMMARY
-# names a JSON file for the summary.
+# The chaos suite as a soak: DURATION of faults (make soak DURATION=30m),
+# then the proof run that its duplicate check bites; with CLUSTER, the
+# cluster bed's verbs test first (TestClusterVerbs: replication, kills,
+# pause, rolling restart). Starts the bed like make test and stops it
+# afterwards unless it was already running. TIDEMARK_CHAOS_SEED replays a
+# run, TIDEMARK_CHAOS_SUMMARY names a JSON file for the summary.
 soak:
 	@status=0; was_up=; \
 	if $(TESTBED) status >/dev/null 2>&1; then was_up=1; fi; \
 	{ $(SOAK_ENV) $(TESTBED) up && . "$(BED_ENV)" && \
-		TIDEMARK_CHAOS_NODES=$(CLUSTER) TIDEMARK_CHAOS_DURATION=$(DURATION) $(GO) test -race -count=1 -v -tags integration -run '^TestChaos$$' \
-			-timeout $(SOAK_TIMEOUT) $(CHAOS_PKG); } || status=$$?; \
+		{ [ -z "$(filter-out 1,$(CLUSTER))" ] || $(GO) test -count=1 -v -tags 'integration cluster' -run '^TestClusterVerbs$$' \
+			-timeout 20m ./internal/testbed/; } && \
+		TIDEMARK_CHAOS_NODES=$(CLUSTER) TIDEMARK_CHAOS_DURATION=$(DURATION) $(GO) test -race -count=1 -v -tags integration \
+			-run '^(TestChaos|TestStrictCheckBites)$$' -timeout $(SOAK_TIMEOUT) $(CHAOS_PKG); } || status=$$?; \
 	if [ -z "$$was_up" ]; then $(TESTBED) down || true; fi; \
 	exit $$status
 

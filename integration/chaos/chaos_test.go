@@ -198,7 +198,10 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	adm := bed.Admin(t)
-	topic, group := clusterTopic(t, adm, cluster), bed.Group(t)
+	// bed.Topic's replication is the broker's default: on a cluster
+	// three replicas with min.insync.replicas 2 (the orders processes
+	// create the dead-letter topic with the same default).
+	topic, group := bed.Topic(t, partitions), bed.Group(t)
 	dlq := topic + ".dlq"
 	t.Cleanup(func() { // registered after the topic's: runs before it
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -564,36 +567,6 @@ func TestChaos(t *testing.T) {
 	} else {
 		t.Logf("chaos: consumer logs kept in %s; replay with TIDEMARK_CHAOS_SEED=%d", logDir, seed)
 	}
-}
-
-// clusterTopic creates the run's topic: bed.Topic's of one replica on a bed
-// of one node, on a cluster one of three replicas (min.insync.replicas 2,
-// the bed's default; the orders processes create the dead-letter topic
-// with the broker's default replication factor, three too).
-func clusterTopic(t *testing.T, adm *kadm.Client, cluster bool) string {
-	t.Helper()
-	if !cluster {
-		return bed.Topic(t, partitions)
-	}
-	ctx := context.Background()
-	topic := fmt.Sprintf("chaos-cluster-%d", time.Now().UnixNano())
-	if r, err := adm.CreateTopic(ctx, partitions, replicas, nil, topic); err != nil || r.Err != nil {
-		t.Fatalf("create %s: %v %v", topic, err, r.Err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = adm.DeleteTopic(ctx, topic)
-	})
-	if err := waitFor(ctx, time.Minute, func() bool {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		l, err := adm.ListEndOffsets(lctx, topic)
-		return err == nil && l.Error() == nil && len(l[topic]) == partitions
-	}); err != nil {
-		t.Fatalf("%s: not every partition answered ListOffsets within a minute", topic)
-	}
-	return topic
 }
 
 // feasible returns kind, or another kind when kind cannot run now: at least

@@ -78,17 +78,51 @@ func TestClusterVerbs(t *testing.T) {
 	if v, err := rc.On(topic, nil); err != nil || configValue(v, "min.insync.replicas") != "2" {
 		t.Errorf("%s: min.insync.replicas %q (%v), want 2", topic, configValue(v, "min.insync.replicas"), err)
 	}
-	// The internal topics too.
+	// The internal topics too. Kafka creates them on first use: a
+	// committed transaction (and its offsets commit) makes both.
+	tcl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(st.Brokers(), ",")...),
+		kgo.TransactionalID(topic+"-txn"), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tctx, tcancel := context.WithTimeout(ctx, time.Minute)
+	err = tcl.BeginTransaction()
+	if err == nil {
+		err = tcl.ProduceSync(tctx, &kgo.Record{Value: []byte("txn")}).FirstErr()
+	}
+	if err == nil {
+		err = tcl.EndTransaction(tctx, kgo.TryCommit)
+	}
+	tcancel()
+	tcl.Close()
+	if err != nil {
+		t.Fatalf("a transaction, to create __transaction_state: %v", err)
+	}
+	offs := kadm.Offsets{}
+	offs.AddOffset(topic, 0, 1, -1)
+	if _, err := adm.CommitOffsets(ctx, topic+"-offsets", offs); err != nil {
+		t.Fatalf("an offset commit, to create __consumer_offsets: %v", err)
+	}
 	for _, in := range []string{"__consumer_offsets", "__transaction_state"} {
 		td, err := adm.ListTopicsWithInternal(ctx, in)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if len(td[in].Partitions) == 0 {
+			t.Errorf("%s: no partitions (the topic does not exist)", in)
 		}
 		for _, p := range td[in].Partitions.Sorted() {
 			if len(p.Replicas) != 3 {
 				t.Errorf("%s/%d: replicas %v, want three", in, p.Partition, p.Replicas)
 				break
 			}
+		}
+		rc, err := adm.DescribeTopicConfigs(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := rc.On(in, nil); err != nil || configValue(v, "min.insync.replicas") != "2" {
+			t.Errorf("%s: min.insync.replicas %q (%v), want 2", in, configValue(v, "min.insync.replicas"), err)
 		}
 	}
 
