@@ -548,6 +548,10 @@ func TestChaos(t *testing.T) {
 		t.Errorf("the %d consumers cut off from Kafka counted no fenced record (tidemark.records.fenced): the zombie that keeps writing to PostgreSQL after the group moved its partitions did not happen, so the run did not test its fencing",
 			stats[faultCutKafka].Count)
 	}
+	if st := stats[faultReset]; !shared && st.Count > 0 && (sum.ResetsMidCommit == 0 || sum.ResetsMidFetch == 0) { // a share group commits no offsets
+		t.Errorf("the %d reset faults reset %d connections mid-commit and %d mid-fetch: a reset that hit no commit or no fetch did not test what it is for",
+			st.Count, sum.ResetsMidCommit, sum.ResetsMidFetch)
+	}
 	if !shared && sum.CommitsAnswered == 0 {
 		t.Errorf("the consumers' proxies read no OffsetCommit answer: the commit watch saw nothing, so its counts mean nothing")
 	}

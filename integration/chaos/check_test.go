@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/integration/bed"
@@ -421,8 +422,11 @@ func deadLettered(t *testing.T, dlq string) int64 {
 	var n int64
 	for _, ps := range listed {
 		for _, o := range ps {
-			if o.Err == nil {
+			switch {
+			case o.Err == nil:
 				n += o.Offset
+			case !errors.Is(o.Err, kerr.UnknownTopicOrPartition): // never created: none
+				t.Fatalf("end offset of %s/%d: %v", dlq, o.Partition, o.Err)
 			}
 		}
 	}
