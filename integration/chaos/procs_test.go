@@ -159,12 +159,13 @@ type fleet struct {
 // network makes every consumer started from now on connect through
 // proxies of its own: one per address of kafkaTargets (the brokers' seed
 // and advertised addresses; the consumer gets -kafka-dial mapping each to
-// its proxy, and dials no other) and one to dsn's server (its -dsn names
-// the proxy). The fleet's args must not hold -dsn.
+// its proxy, and dials no other) and one to dsn's server (its
+// TIDEMARK_PG_DSN names the proxy). The fleet's args must not hold -dsn.
 func (f *fleet) network(kafkaTargets []string, dsn string) error {
 	u, err := url.Parse(dsn)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("the chaos suite proxies the database connection of each consumer and needs TIDEMARK_PG_DSN as a URL with host:port (postgres://…): %v", err)
+		// Not err: a url.Error quotes the whole DSN, password and all.
+		return errors.New("the chaos suite proxies the database connection of each consumer and needs TIDEMARK_PG_DSN as a URL with host:port (postgres://…)")
 	}
 	f.kafkaTargets = append([]string(nil), kafkaTargets...)
 	sort.Strings(f.kafkaTargets)
@@ -172,18 +173,18 @@ func (f *fleet) network(kafkaTargets []string, dsn string) error {
 	return nil
 }
 
-// proxies starts c's proxies and returns the arguments that send its
-// connections through them.
-func (f *fleet) proxies(c *consumer) ([]string, error) {
+// proxies starts c's proxies and returns the arguments and the
+// environment that send its connections through them.
+func (f *fleet) proxies(c *consumer) (args, env []string, err error) {
 	if f.dsn == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var dial []string
 	for _, target := range f.kafkaTargets {
 		p, err := tcpproxy.New(target)
 		if err != nil {
 			c.closeProxies()
-			return nil, err
+			return nil, nil, err
 		}
 		p.WrapTarget(f.commits.wrap)
 		f.mu.Lock()
@@ -198,11 +199,14 @@ func (f *fleet) proxies(c *consumer) ([]string, error) {
 	p, err := tcpproxy.New(u.Host)
 	if err != nil {
 		c.closeProxies()
-		return nil, err
+		return nil, nil, err
 	}
 	c.pg = p
 	u.Host = p.Addr()
-	return []string{"-kafka-dial", strings.Join(dial, ","), "-dsn", u.String()}, nil
+	// The DSN in the environment (TIDEMARK_PG_DSN, after the bed's in
+	// os.Environ: the last one counts), not in argv, which every user of
+	// the machine can read.
+	return []string{"-kafka-dial", strings.Join(dial, ",")}, []string{"TIDEMARK_PG_DSN=" + u.String()}, nil
 }
 
 // targetsDown makes every consumer's proxies of the targets refuse
@@ -279,13 +283,13 @@ func (f *fleet) start() (*consumer, error) {
 		return nil, err
 	}
 	c := &consumer{name: name, log: logPath, done: make(chan struct{})}
-	netArgs, err := f.proxies(c)
+	netArgs, netEnv, err := f.proxies(c)
 	if err != nil {
 		out.Close()
 		return nil, fmt.Errorf("proxies of %s: %w", name, err)
 	}
 	cmd := exec.Command(f.bin, append(append([]string(nil), f.args...), netArgs...)...)
-	cmd.Env = append(os.Environ(), f.env...)
+	cmd.Env = slices.Concat(os.Environ(), f.env, netEnv)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		out.Close()

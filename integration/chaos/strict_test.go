@@ -100,11 +100,13 @@ func strictRun(t *testing.T, tags string, off bool) {
 	// synchronous_commit=on as in TestChaos: a COMMIT acknowledged is on
 	// disk.
 	svcDSN := dsn + sep + "search_path=" + schema + "&synchronous_commit=on"
-	args := []string{"-brokers", strings.Join(brokers, ","), "-dsn", svcDSN, "-group", group, "-topic", topic,
+	// The DSN in the environment, not in argv, which every user of the
+	// machine can read.
+	args := []string{"-brokers", strings.Join(brokers, ","), "-group", group, "-topic", topic,
 		"-dlq", dlq, "-http", "127.0.0.1:0", "-concurrency", strconv.Itoa(strictConcurrency),
 		"-delay", strictDelay.String(), "-session-timeout", sessionTimeout.String()}
 	// Set in both runs: without the tag it must change nothing.
-	env := []string{"TIDEMARK_SHUTDOWN_BUDGET=10s", "ORDERS_UNSAFE_NO_REPLAY_PROTECTION=true"}
+	env := []string{"TIDEMARK_PG_DSN=" + svcDSN, "TIDEMARK_SHUTDOWN_BUDGET=10s", "ORDERS_UNSAFE_NO_REPLAY_PROTECTION=true"}
 	logDir := logDirectory(t)
 	fl := newFleet(t, bin, logDir, args, env)
 
