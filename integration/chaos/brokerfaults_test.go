@@ -5,6 +5,7 @@ package chaos_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -147,6 +148,23 @@ func (b *brokerFaults) restartKafka(ctx context.Context, m testbed.Mode) error {
 		return err
 	}
 	return b.startKafka(ctx, all)
+}
+
+// wantReplicas fails the test unless every partition of topic has n
+// replicas: the broker faults on a cluster rely on it.
+func wantReplicas(t *testing.T, adm *kadm.Client, topic string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	td, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		t.Fatalf("describing %s: %v", topic, err)
+	}
+	for _, p := range td[topic].Partitions.Sorted() {
+		if len(p.Replicas) != n {
+			t.Fatalf("%s/%d has replicas %v, want %d: the cluster bed's default.replication.factor is not %d", topic, p.Partition, p.Replicas, n, n)
+		}
+	}
 }
 
 // nodeAddrs returns each broker's advertised address.
@@ -450,11 +468,16 @@ func windowOf(windows []faultWindow, at time.Time) string {
 // commitWatch counts the OffsetCommit answers that the consumers' broker
 // connections carry, read off the wire by each consumer's proxies
 // (kgocontact.WatchConn through tcpproxy.WrapTarget): how many commits the
-// coordinator refused, by error and by the fault during which they came.
+// coordinator refused (an error on the group or on any partition), by
+// error and by the fault during which they came. They are the answers the
+// broker sent, counted when the proxy read them: one a blackhole then held
+// back from its consumer counts all the same.
 // franz-go retries a commit refused with NOT_COORDINATOR,
 // COORDINATOR_NOT_AVAILABLE or COORDINATOR_LOAD_IN_PROGRESS itself, after
 // finding the coordinator again: those are the commits retried through a
-// coordinator move, which the runner never sees. A connection reset
+// coordinator move, which the runner never sees (the last refusal of a
+// commit franz-go then gave up on is among them, and among the failed
+// commits of the logs too). A connection reset
 // before its answer leaves that request uncounted (the reset fault counts
 // those).
 type commitWatch struct {
@@ -475,10 +498,13 @@ func (w *commitWatch) answer(a kgocontact.Answer) {
 		return
 	}
 	code := "ok"
-	if a.Err != nil {
-		code = a.Err.Error()
+	switch err := cmp.Or(a.Err, a.PartErr); {
+	case !a.Decoded:
+		code = "undecoded"
+	case err != nil:
+		code = err.Error()
 		var ke *kerr.Error
-		if errors.As(a.Err, &ke) {
+		if errors.As(err, &ke) {
 			code = ke.Message
 		}
 	}
@@ -504,6 +530,10 @@ func (w *commitWatch) summarize(s *summary, windows []faultWindow) {
 	defer w.mu.Unlock()
 	s.CommitsRefused = map[string]map[string]int{}
 	for _, a := range w.answers {
+		if a.code == "undecoded" {
+			s.CommitsUndecoded++
+			continue
+		}
 		s.CommitsAnswered++
 		if a.code == "ok" {
 			continue

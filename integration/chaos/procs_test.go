@@ -250,7 +250,7 @@ func (f *fleet) targetsUp(targets []string) error {
 		}
 		for _, p := range c.kafka {
 			if slices.Contains(targets, p.Target()) {
-				if err := p.Restore(); err != nil && !c.exited() { // an exited one's proxies are closed
+				if err := p.Restore(); err != nil && !errors.Is(err, tcpproxy.ErrClosed) { // an exited one's proxies are closed
 					errs = append(errs, fmt.Errorf("%s: %w", c.name, err))
 				}
 			}

@@ -144,6 +144,9 @@ func (p *Proxy) ResetAfter(match func(toTarget bool, b []byte) bool) {
 	p.mu.Unlock()
 }
 
+// ErrClosed is Restore's error after Close.
+var ErrClosed = errors.New("tcpproxy: Restore after Close")
+
 // Restore undoes Cut and Blackhole: it listens on Addr again and forwards
 // new connections, and lets the held bytes of a blackhole through. It fails
 // if the port was taken meanwhile, or after Close.
@@ -158,7 +161,7 @@ func (p *Proxy) Restore() error {
 	}
 	p.mu.Unlock()
 	if closed {
-		return errors.New("tcpproxy: Restore after Close")
+		return ErrClosed
 	}
 	if p.ln != nil {
 		return nil // not cut
