@@ -551,8 +551,8 @@ func (w *commitWatch) summarize(s *summary, windows []faultWindow) {
 
 // kafkaCode names an error by its Kafka code: the first word like
 // NOT_COORDINATOR in it; else the first cause in parentheses (the franz
-// adapter's "commit failed for t/2 (context deadline exceeded), …"); else
-// its first 40 characters.
+// adapter's "commit failed for t/2 (context deadline exceeded), …"), a
+// refused dial without its address; at most 60 characters.
 func kafkaCode(s string) string {
 	for _, w := range strings.FieldsFunc(s, func(r rune) bool { return !(r == '_' || r >= 'A' && r <= 'Z') }) {
 		if strings.Contains(w, "_") && len(w) > 3 {
@@ -561,11 +561,16 @@ func kafkaCode(s string) string {
 	}
 	if _, rest, ok := strings.Cut(s, "("); ok {
 		if cause, _, ok := strings.Cut(rest, ")"); ok {
-			return cause
+			s = cause
 		}
 	}
-	if len(s) > 40 {
-		return s[:40]
+	// One name for a refused dial to any address ("unable to dial: dial
+	// tcp 127.0.0.1:33985: connect: connection refused").
+	if strings.HasPrefix(s, "unable to dial") && strings.HasSuffix(s, "connection refused") {
+		return "unable to dial: connection refused"
+	}
+	if len(s) > 60 {
+		return s[:60] + "…"
 	}
 	return s
 }
