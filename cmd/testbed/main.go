@@ -5,11 +5,16 @@
 //
 // Usage:
 //
-//	testbed [-root DIR] up
+//	testbed [-root DIR] up [--cluster N]
 //	testbed [-root DIR] down
 //	testbed [-root DIR] status
 //	testbed [-root DIR] stop|restart kafka|kafka-N|postgres [--kill]
 //	testbed [-root DIR] start kafka|kafka-N|postgres
+//	testbed [-root DIR] kill kafka|kafka-N|postgres    (stop --kill)
+//	testbed [-root DIR] pause|resume kafka|kafka-N     (SIGSTOP, SIGCONT)
+//	testbed [-root DIR] leader TOPIC PARTITION         (prints the node id)
+//	testbed [-root DIR] coordinator GROUP              (prints the node id)
+//	testbed [-root DIR] insync [SECONDS]               (waits for every ISR)
 //
 // The settings are the TIDEMARK_* variables of docs/testbed.md. The exit
 // status is 0 on success, 1 on failure and 2 on bad usage; status exits 1
@@ -22,15 +27,19 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/tidemark/tidemark/internal/testbed"
 )
 
-const usage = `usage: testbed [-root DIR] up|down|status
+const usage = `usage: testbed [-root DIR] up [--cluster N] | down | status
        testbed [-root DIR] stop|restart kafka|kafka-N|postgres [--kill]
-       testbed [-root DIR] start kafka|kafka-N|postgres
+       testbed [-root DIR] start|kill kafka|kafka-N|postgres
+       testbed [-root DIR] pause|resume kafka|kafka-N
+       testbed [-root DIR] leader TOPIC PARTITION | coordinator GROUP | insync [SECONDS]
 `
 
 func main() {
@@ -60,6 +69,16 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "testbed: error: %v\n", err)
 		return 1
 	}
+	a := fs.Args()
+	if len(a) >= 1 && a[0] == "up" && len(a) == 3 && a[1] == "--cluster" {
+		n, err := strconv.Atoi(a[2])
+		if err != nil || n < 1 || n > testbed.MaxKafkaNodes {
+			fmt.Fprintf(os.Stderr, "testbed: up --cluster %q: want a number of Kafka nodes (1-%d)\n%s", a[2], testbed.MaxKafkaNodes, usage)
+			return 2
+		}
+		cfg.KafkaNodes = n
+		a = a[:1]
+	}
 	cfg.Out = os.Stdout
 	bed, err := testbed.New(cfg)
 	if err != nil {
@@ -71,7 +90,6 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	a := fs.Args()
 	if len(a) == 0 {
 		fs.Usage()
 		return 2
@@ -102,6 +120,34 @@ func run(args []string) int {
 			}
 			return s.Code()
 		}
+	case "kill":
+		if len(a) != 2 {
+			fs.Usage()
+			return 2
+		}
+		svc, uerr := testbed.ParseService(a[1])
+		if uerr != nil {
+			fmt.Fprintf(os.Stderr, "testbed: %v\n%s", uerr, usage)
+			return 2
+		}
+		err = bed.Stop(ctx, svc, testbed.Crash)
+	case "pause", "resume":
+		if len(a) != 2 {
+			fs.Usage()
+			return 2
+		}
+		svc, uerr := testbed.ParseService(a[1])
+		if uerr != nil || svc.Kind != testbed.Kafka {
+			fmt.Fprintf(os.Stderr, "testbed: %s takes kafka or kafka-N\n%s", verb, usage)
+			return 2
+		}
+		if verb == "pause" {
+			err = bed.Pause(ctx, svc)
+		} else {
+			err = bed.Resume(ctx, svc)
+		}
+	case "leader", "coordinator", "insync":
+		return query(ctx, bed, a)
 	case "stop", "start", "restart":
 		svc, mode, uerr := parseOne(verb, a[1:])
 		if uerr != nil {
@@ -124,6 +170,53 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "testbed: error: %v\n", err)
 		return 1
 	}
+	return 0
+}
+
+// query runs leader, coordinator and insync, which print an answer or
+// wait, and change nothing.
+func query(ctx context.Context, bed *testbed.Bed, a []string) int {
+	var id int32
+	var err error
+	switch {
+	case a[0] == "leader" && len(a) == 3:
+		p, perr := strconv.ParseInt(a[2], 10, 32)
+		if perr != nil || p < 0 {
+			fmt.Fprintf(os.Stderr, "testbed: leader %s %q: want a partition number\n%s", a[1], a[2], usage)
+			return 2
+		}
+		qctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		id, err = bed.Leader(qctx, a[1], int32(p))
+	case a[0] == "coordinator" && len(a) == 2:
+		qctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		id, err = bed.Coordinator(qctx, a[1])
+	case a[0] == "insync" && len(a) <= 2:
+		within := 2 * time.Minute
+		if len(a) == 2 {
+			s, perr := strconv.Atoi(a[1])
+			if perr != nil || s < 1 {
+				fmt.Fprintf(os.Stderr, "testbed: insync %q: want seconds\n%s", a[1], usage)
+				return 2
+			}
+			within = time.Duration(s) * time.Second
+		}
+		if err := bed.WaitInSync(ctx, within); err != nil {
+			fmt.Fprintf(os.Stderr, "testbed: error: %v\n", err)
+			return 1
+		}
+		fmt.Println("testbed: every partition has all its replicas in sync")
+		return 0
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testbed: error: %v\n", err)
+		return 1
+	}
+	fmt.Println(id)
 	return 0
 }
 

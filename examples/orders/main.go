@@ -25,6 +25,22 @@
 //	-controls    serve the status page's pause and resume controls (default
 //	             false): an admin surface on the -http address, which must
 //	             then be reachable by operators only [ORDERS_CONTROLS]
+//	-metadata-max-age  how often the Kafka client refreshes its metadata,
+//	             and so how soon it sees partitions added to the topic
+//	             (default 0: franz-go's, 5m) [ORDERS_METADATA_MAX_AGE]
+//	-kafka-dial  for tests: broker=address,… — dial each broker address
+//	             (seed or advertised) at the address given instead, e.g. a
+//	             proxy; an address it does not name is not dialed (default
+//	             none: dial the brokers themselves) [ORDERS_KAFKA_DIAL]
+//	-effect      idempotent (default) or strict, a test effect [ORDERS_EFFECT]
+//
+// The default effect is idempotent by itself: a second application of an
+// order changes nothing, whatever the inbox does. The strict effect is for
+// the tests that check the inbox (integration/chaos, make demo): it also
+// appends one row per application to an applications table (the order,
+// its record's topic, partition and offset, the process id, the time) and
+// adds every application to the customer's totals, so a record applied
+// twice shows as two rows and a wrong total. Do not copy it into a service.
 //
 // In share mode -group names a share group; every process reads every
 // partition, the inbox row alone makes a redelivered order a replay (no
@@ -104,6 +120,12 @@ type config struct {
 	share       bool
 	shareLock   time.Duration
 	controls    bool
+	strict      bool // -effect strict
+	// unsafeInbox is the inbox's test hook, from unsafeInboxOptions: only
+	// ever set in a tidemark_unsafe build.
+	unsafeInbox []inbox.Option
+	metaMaxAge  time.Duration
+	kafkaDial   map[string]string // broker address → address dialed
 }
 
 func main() {
@@ -113,6 +135,10 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if cfg.unsafeInbox, err = unsafeInboxOptions(log); err != nil {
+		fmt.Fprintln(os.Stderr, "orders:", err)
+		os.Exit(2)
+	}
 	os.Exit(run(cfg, log))
 }
 
@@ -142,12 +168,22 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	mode := fs.String("mode", env("ORDERS_MODE", "group"), "group (consumer group) or share (share group)")
 	shareLock := fs.String("share-lock", env("ORDERS_SHARE_LOCK", "0s"), "share mode: the group's acquisition lock (0: the broker's)")
 	controls := fs.String("controls", env("ORDERS_CONTROLS", "false"), "serve the status page's pause and resume controls (an admin surface)")
+	effect := fs.String("effect", env("ORDERS_EFFECT", "idempotent"), "idempotent, or strict: a test effect that records every application (see the package doc)")
+	metaMaxAge := fs.String("metadata-max-age", env("ORDERS_METADATA_MAX_AGE", "0s"), "Kafka metadata refresh interval (0: franz-go's, 5m)")
+	kafkaDial := fs.String("kafka-dial", env("ORDERS_KAFKA_DIAL", ""), "for tests: broker=address,… dial each broker at the address given")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	var err error
 	if c.controls, err = strconv.ParseBool(*controls); err != nil {
 		return c, fmt.Errorf("-controls / ORDERS_CONTROLS %q: want true or false", *controls)
+	}
+	switch *effect {
+	case "idempotent":
+	case "strict":
+		c.strict = true
+	default:
+		return c, fmt.Errorf("-effect / ORDERS_EFFECT %q: want idempotent or strict", *effect)
 	}
 	switch *mode {
 	case "group":
@@ -184,6 +220,12 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	if c.shareLock, err = time.ParseDuration(*shareLock); err != nil || c.shareLock < 0 {
 		return c, fmt.Errorf("-share-lock / ORDERS_SHARE_LOCK %q: want a duration such as 30s", *shareLock)
 	}
+	if c.metaMaxAge, err = time.ParseDuration(*metaMaxAge); err != nil || c.metaMaxAge < 0 {
+		return c, fmt.Errorf("-metadata-max-age / ORDERS_METADATA_MAX_AGE %q: want a duration such as 10s", *metaMaxAge)
+	}
+	if c.kafkaDial, err = parseDialMap(*kafkaDial); err != nil {
+		return c, err
+	}
 	if c.budget, err = shutdown.BudgetFromEnv(); err != nil {
 		return c, err
 	}
@@ -191,6 +233,47 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 		return c, fmt.Errorf("-http / ORDERS_HTTP %q: %v", c.http, err)
 	}
 	return c, nil
+}
+
+// parseDialMap parses -kafka-dial: comma-separated broker=address pairs,
+// each a host:port.
+func parseDialMap(s string) (map[string]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		from, to, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		_, _, errFrom := net.SplitHostPort(from)
+		_, _, errTo := net.SplitHostPort(to)
+		if !ok || errFrom != nil || errTo != nil {
+			return nil, fmt.Errorf("-kafka-dial / ORDERS_KAFKA_DIAL: %q is not broker=address, both host:port", pair)
+		}
+		m[from] = to
+	}
+	return m, nil
+}
+
+// clientOpts are the franz-go options every Kafka client of the service
+// shares: the metadata refresh interval, and the -kafka-dial dialer.
+func clientOpts(cfg config) []kgo.Opt {
+	var opts []kgo.Opt
+	if cfg.metaMaxAge > 0 {
+		opts = append(opts, kgo.MetadataMaxAge(cfg.metaMaxAge))
+	}
+	if cfg.kafkaDial != nil {
+		var d net.Dialer
+		opts = append(opts, kgo.Dialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
+			to, ok := cfg.kafkaDial[addr]
+			if !ok {
+				// Strict: a test that routes the brokers through a
+				// proxy must not be bypassed by an address it missed.
+				return nil, fmt.Errorf("-kafka-dial names no address for broker %s", addr)
+			}
+			return d.DialContext(ctx, network, to)
+		}))
+	}
+	return opts
 }
 
 // Schema is the example's business tables; the inbox has its own. An
@@ -215,10 +298,25 @@ CREATE TABLE IF NOT EXISTS customer_totals (
 	total_cents  bigint NOT NULL
 );`
 
-// createTables creates the business tables under an advisory lock:
-// replicas starting together would otherwise race in CREATE TABLE IF NOT
-// EXISTS, which PostgreSQL answers with a unique violation on pg_type.
-func createTables(ctx context.Context, pool *pgxpool.Pool) error {
+// StrictSchema is the strict effect's table (-effect strict): one row per
+// application of a record, with no key but its own sequence, so that a
+// record applied twice leaves two rows. pid is the process that applied it.
+const StrictSchema = `
+CREATE TABLE IF NOT EXISTS applications (
+	seq          bigserial PRIMARY KEY,
+	order_id     text NOT NULL,
+	topic        text NOT NULL,
+	part         int NOT NULL,
+	"offset"     bigint NOT NULL,
+	pid          int NOT NULL,
+	applied_at   timestamptz NOT NULL DEFAULT now()
+);`
+
+// createTables creates the business tables (with strict, the strict
+// effect's too) under an advisory lock: replicas starting together would
+// otherwise race in CREATE TABLE IF NOT EXISTS, which PostgreSQL answers
+// with a unique violation on pg_type.
+func createTables(ctx context.Context, pool *pgxpool.Pool, strict bool) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -229,6 +327,11 @@ func createTables(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	if _, err := tx.Exec(ctx, Schema); err != nil {
 		return err
+	}
+	if strict {
+		if _, err := tx.Exec(ctx, StrictSchema); err != nil {
+			return err
+		}
 	}
 	return tx.Commit(ctx)
 }
@@ -241,12 +344,9 @@ var errMalformed = errors.New("malformed order")
 // database that cannot be reached is the inbox's transient error, retried
 // without counting, so a restart dead-letters nothing.
 func apply(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
-	var o Order
-	if err := json.Unmarshal(rec.Value, &o); err != nil {
-		return runner.Permanent(fmt.Errorf("order %s: %w: %w", rec.String(), errMalformed, err))
-	}
-	if o.ID == "" || o.Customer == "" {
-		return runner.Permanent(fmt.Errorf("order %s: %w: missing id or customer", rec.String(), errMalformed))
+	o, err := decode(rec)
+	if err != nil {
+		return err
 	}
 	// A second record with the same order id is a producer retry, not a new
 	// order: the primary key makes it a no-op for the totals as well.
@@ -265,6 +365,53 @@ func apply(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
 	return err
 }
 
+// decode reads the order of rec; a malformed one is a permanent error.
+func decode(rec runner.Record) (Order, error) {
+	var o Order
+	if err := json.Unmarshal(rec.Value, &o); err != nil {
+		return o, runner.Permanent(fmt.Errorf("order %s: %w: %w", rec.String(), errMalformed, err))
+	}
+	if o.ID == "" || o.Customer == "" {
+		return o, runner.Permanent(fmt.Errorf("order %s: %w: missing id or customer", rec.String(), errMalformed))
+	}
+	return o, nil
+}
+
+// applyStrict is the strict effect (-effect strict), a test effect that is
+// not idempotent by itself: every call appends an applications row and adds
+// the order to its customer's totals, whether or not the order's row was
+// there already, so only the inbox stands between a replay and a second
+// application. The order row is still written once (ON CONFLICT DO
+// NOTHING): its seq is the key-order check's. One statement, one round
+// trip: PostgreSQL runs every data-modifying WITH clause.
+func applyStrict(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
+	o, err := decode(rec)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `WITH ord AS (
+	INSERT INTO orders (id, customer, amount_cents, topic, part, "offset")
+	VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING
+), app AS (
+	INSERT INTO applications (order_id, topic, part, "offset", pid) VALUES ($1, $4, $5, $6, $7)
+)
+INSERT INTO customer_totals (customer, orders, total_cents) VALUES ($2, 1, $3)
+ON CONFLICT (customer) DO UPDATE SET orders = customer_totals.orders + 1,
+	total_cents = customer_totals.total_cents + EXCLUDED.total_cents`,
+		o.ID, o.Customer, o.AmountCents, rec.Topic, rec.Partition, rec.Offset, pid)
+	return err
+}
+
+// unsafeReplayEnv names the variable that switches the inbox's replay
+// protection off — ORDERS_UNSAFE_NO_REPLAY_PROTECTION=true — in a build
+// with the tidemark_unsafe tag only (unsafe_replay.go; the chaos suite's
+// proof that its duplicate check can fail). Any other build ignores it,
+// with a warning (replay_protected.go).
+const unsafeReplayEnv = "ORDERS_UNSAFE_NO_REPLAY_PROTECTION"
+
+// pid is this process's id, the applications rows' pid.
+var pid = int32(os.Getpid())
+
 func run(cfg config, log *slog.Logger) int {
 	ctx := context.Background()
 	fail := func(what string, err error) int {
@@ -282,11 +429,11 @@ func run(cfg config, log *slog.Logger) int {
 		// pgx's parse errors may quote the string, password included.
 		return fail("database config", errors.New("-dsn / TIDEMARK_PG_DSN is not a valid connection string"))
 	}
-	if err := createTables(ctx, pool); err != nil {
+	if err := createTables(ctx, pool, cfg.strict); err != nil {
 		pool.Close()
 		return fail("creating the orders tables", err)
 	}
-	iopts := []inbox.Option{inbox.MeterProvider(mp), inbox.Logger(log)}
+	iopts := append([]inbox.Option{inbox.MeterProvider(mp), inbox.Logger(log)}, cfg.unsafeInbox...)
 	if cfg.share {
 		iopts = append(iopts, inbox.ShareGroup())
 	}
@@ -309,6 +456,11 @@ func run(cfg config, log *slog.Logger) int {
 		pool.Close()
 		return fail("kafka source", err)
 	}
+	effect := apply
+	if cfg.strict {
+		effect = applyStrict
+		log.Info("strict effect: every application is recorded in the applications table (a test effect)")
+	}
 	handle := store.Handler(func(ctx context.Context, tx pgx.Tx, rec runner.Record) error {
 		if cfg.delay > 0 {
 			select {
@@ -317,7 +469,7 @@ func run(cfg config, log *slog.Logger) int {
 				return ctx.Err()
 			}
 		}
-		return apply(ctx, tx, rec)
+		return effect(ctx, tx, rec)
 	})
 	ropts := []runner.Option{
 		runner.Handle(cfg.topic, handle),
@@ -374,7 +526,7 @@ func run(cfg config, log *slog.Logger) int {
 		// Retention: a share group commits no offsets; every record below
 		// a share-partition start offset is acknowledged or archived, and
 		// never delivered again, so its inbox row can go.
-		adm, err := kgo.NewClient(kgo.SeedBrokers(cfg.brokers...))
+		adm, err := kgo.NewClient(append(clientOpts(cfg), kgo.SeedBrokers(cfg.brokers...))...)
 		if err != nil {
 			return fail("admin client", err)
 		}
@@ -497,14 +649,15 @@ func observeReady(mp metric.MeterProvider, group string, ready func() (bool, str
 // (share.auto.offset.reset defaults to latest) and sets -share-lock.
 func newSource(cfg config, log *slog.Logger) (runner.Source, error) {
 	if cfg.share {
-		sopts := []share.Option{share.Logger(log), share.GroupConfig("share.auto.offset.reset", "earliest")}
+		sopts := []share.Option{share.Logger(log), share.GroupConfig("share.auto.offset.reset", "earliest"),
+			share.ClientOptions(clientOpts(cfg)...)}
 		if cfg.shareLock > 0 {
 			sopts = append(sopts, share.GroupConfig("share.record.lock.duration.ms", strconv.FormatInt(cfg.shareLock.Milliseconds(), 10)))
 		}
 		return share.New(cfg.brokers, cfg.group, []string{cfg.topic}, sopts...)
 	}
 	fopts := []franz.Option{franz.Logger(log), franz.SessionTimeout(cfg.session),
-		franz.HeartbeatInterval(min(time.Second, cfg.session/3))}
+		franz.HeartbeatInterval(min(time.Second, cfg.session/3)), franz.ClientOptions(clientOpts(cfg)...)}
 	if cfg.instanceID != "" {
 		fopts = append(fopts, franz.InstanceID(cfg.instanceID))
 	}
@@ -541,7 +694,7 @@ func ShareStartOffsets(adm *kadm.Client, group string) inbox.CommittedFunc {
 // orders topic) when it is missing, so a malformed order can always be
 // parked. The orders topic itself must exist.
 func ensureTopics(ctx context.Context, cfg config) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.brokers...))
+	cl, err := kgo.NewClient(append(clientOpts(cfg), kgo.SeedBrokers(cfg.brokers...))...)
 	if err != nil {
 		return err
 	}

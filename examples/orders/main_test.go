@@ -50,3 +50,31 @@ func TestConfigMode(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigEffect: -effect takes idempotent (the default) or strict;
+// anything else is refused naming the flag.
+func TestConfigEffect(t *testing.T) {
+	t.Setenv("TIDEMARK_KAFKA_BROKERS", "127.0.0.1:9092")
+	t.Setenv("TIDEMARK_PG_DSN", "postgres://orders@127.0.0.1:5432/orders")
+	for _, tc := range []struct {
+		args   []string
+		env    string
+		strict bool
+	}{
+		{nil, "", false},
+		{[]string{"-effect", "idempotent"}, "", false},
+		{[]string{"-effect", "strict"}, "", true},
+		{nil, "strict", true},
+		{[]string{"-effect", "idempotent"}, "strict", false},
+	} {
+		t.Setenv("ORDERS_EFFECT", tc.env)
+		c, err := parseConfig(tc.args, &bytes.Buffer{})
+		if err != nil || c.strict != tc.strict {
+			t.Errorf("orders %v with ORDERS_EFFECT=%q: strict %v, err %v; want strict %v", tc.args, tc.env, c.strict, err, tc.strict)
+		}
+	}
+	t.Setenv("ORDERS_EFFECT", "")
+	if _, err := parseConfig([]string{"-effect", "lax"}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "-effect") {
+		t.Errorf("orders -effect lax: %v, want an error naming -effect", err)
+	}
+}

@@ -156,7 +156,8 @@ func Cluster(t testing.TB) *kafkatest.Cluster {
 	return kafkatest.New(t, Kafka(t), logOpts(t)...)
 }
 
-// Topic creates a topic with the given number of partitions (one replica)
+// Topic creates a topic with the given number of partitions (the broker's
+// default replication: kafkatest.Cluster.CreateTopic)
 // and a name unique to this call, waits until every partition has a leader,
 // and deletes the topic in the test's cleanup.
 func Topic(t testing.TB, partitions int) string {

@@ -5,14 +5,18 @@ package chaos_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/integration/bed"
@@ -77,9 +81,93 @@ func readBack(t *testing.T, brokers []string, topic string) []record {
 	return out
 }
 
-// result is what check found.
+// result is what check found. duplicated and lost count records: with
+// more than one application, and with none (or no inbox row, or no order
+// row).
 type result struct {
 	lost, duplicated, orderViolations int
+}
+
+// pos is a record's place in the topic.
+type pos struct {
+	p int32
+	o int64
+}
+
+func (q pos) String() string { return fmt.Sprintf("%d@%d", q.p, q.o) }
+
+// tally is the strict effect's count of applications per record
+// (examples/orders -effect strict: one applications row per application,
+// nothing idempotent about it), against the records of the topic.
+type tally struct {
+	rows       int             // applications rows of the topic
+	duplicated map[pos][]int32 // records applied more than once: the pid of each application
+	lost       []pos           // records never applied
+	phantoms   []string        // applications of no record of the topic
+}
+
+// countApplications reads the applications table and compares it with
+// recs. A missing table fails the test: the consumers did not run the
+// strict effect, and nothing would say whether a record was applied
+// twice.
+func countApplications(t *testing.T, pool *pgxpool.Pool, topic string, recs []record) tally {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rows, err := pool.Query(ctx, `SELECT part, "offset", order_id, pid FROM applications WHERE topic = $1 ORDER BY seq`, topic)
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42P01" {
+			t.Fatalf("the applications table is missing: the consumers must run the strict effect (examples/orders -effect strict, ORDERS_EFFECT=strict), or duplicates cannot be counted: %v", err)
+		}
+		t.Fatal(err)
+	}
+	byPos := make(map[pos]string, len(recs))
+	for _, r := range recs {
+		byPos[pos{r.partition, r.offset}] = r.id
+	}
+	var tl tally
+	pids := make(map[pos][]int32, len(recs))
+	for rows.Next() {
+		var q pos
+		var id string
+		var pid int32
+		if err := rows.Scan(&q.p, &q.o, &id, &pid); err != nil {
+			t.Fatal(err)
+		}
+		tl.rows++
+		if want, ok := byPos[q]; !ok || want != id {
+			tl.phantoms = append(tl.phantoms, fmt.Sprintf("%s (order %s, pid %d)", q, id, pid))
+			continue
+		}
+		pids[q] = append(pids[q], pid)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	tl.duplicated = map[pos][]int32{}
+	for q := range byPos {
+		switch n := len(pids[q]); {
+		case n == 0:
+			tl.lost = append(tl.lost, q)
+		case n > 1:
+			tl.duplicated[q] = pids[q]
+		}
+	}
+	sort.Slice(tl.lost, func(i, j int) bool {
+		return tl.lost[i].p < tl.lost[j].p || tl.lost[i].p == tl.lost[j].p && tl.lost[i].o < tl.lost[j].o
+	})
+	return tl
+}
+
+// describe lists the duplicated records with their applications' pids.
+func (tl tally) describe() string {
+	var out []string
+	for q, ps := range tl.duplicated {
+		out = append(out, fmt.Sprintf("%s ×%d (pids %v)", q, len(ps), ps))
+	}
+	sort.Strings(out)
+	return head(out)
 }
 
 // check compares the database with the records of the topic:
@@ -88,34 +176,37 @@ type result struct {
 //     missing row is a lost record, a row for no record a phantom;
 //   - the orders table has exactly one row per order id, at the record's
 //     partition and offset, with its customer and amount;
+//   - each record has exactly one row in the applications table of the
+//     strict effect (examples/orders -effect strict), which nothing but the
+//     inbox keeps from growing on a replay: a record with more rows was
+//     applied twice (duplicated), one with none was lost;
 //   - each customer's running total (orders, cents) equals the sum over the
-//     topic: an effect applied twice counts an order twice;
-//   - each customer's orders, in the order they were applied (seq), have
-//     increasing offsets.
+//     topic's records: the strict effect adds every application, so an
+//     effect applied twice counts an order twice;
+//   - each customer's orders of one partition, in the order they were
+//     applied (seq), have increasing offsets.
 func check(t *testing.T, pool *pgxpool.Pool, group, topic string, recs []record, keyOrder bool) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var res result
-	type pos struct {
-		p int32
-		o int64
-	}
 	byPos := make(map[pos]record, len(recs))
 	byID := make(map[string]record, len(recs))
 	want := map[string][2]int64{}
 	for _, r := range recs {
 		byPos[pos{r.partition, r.offset}] = r
+		// Every record counts in the totals: the strict effect adds each
+		// application, also of an order id seen before.
+		w := want[r.customer]
+		want[r.customer] = [2]int64{w[0] + 1, w[1] + r.amount}
 		if _, dup := byID[r.id]; dup {
 			// The producer is idempotent; a second copy would be a
-			// second record of the same order, applied once by the
-			// orders table's primary key. Say so, it is worth knowing.
+			// second record of the same order, with one orders row (the
+			// table's primary key). Say so, it is worth knowing.
 			t.Logf("order %s is in the topic twice", r.id)
 			continue
 		}
 		byID[r.id] = r
-		w := want[r.customer]
-		want[r.customer] = [2]int64{w[0] + 1, w[1] + r.amount}
 	}
 
 	// The inbox.
@@ -201,7 +292,12 @@ func check(t *testing.T, pool *pgxpool.Pool, group, topic string, recs []record,
 		if !ok || r.partition != a.partition || r.offset != a.offset || r.customer != a.customer || r.amount != a.amount {
 			wrong = append(wrong, fmt.Sprintf("%s (%s %d at %d@%d; topic: %+v)", a.id, a.customer, a.amount, a.partition, a.offset, r))
 		}
-		perCustomer[a.customer] = append(perCustomer[a.customer], a)
+		// Per customer and partition: after partitions are added, the
+		// default partitioner maps some customers to a new partition,
+		// whose records may run before the old partition's backlog; the
+		// order of a key is promised within a partition only.
+		k := fmt.Sprintf("%s in partition %d", a.customer, a.partition)
+		perCustomer[k] = append(perCustomer[k], a)
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
@@ -221,8 +317,28 @@ func check(t *testing.T, pool *pgxpool.Pool, group, topic string, recs []record,
 	}
 	res.lost = max(len(lostRows), len(missing))
 
-	// Key order: rows come in seq order; per customer the offsets must rise
-	// (not over a share group, which promises no order).
+	// The applications: the check a replay applied again cannot pass.
+	tl := countApplications(t, pool, topic, recs)
+	t.Logf("chaos: %d applications (the strict effect's rows) for %d records", tl.rows, len(recs))
+	res.duplicated = len(tl.duplicated)
+	res.lost = max(res.lost, len(tl.lost))
+	if len(tl.duplicated) > 0 {
+		t.Errorf("DUPLICATED: %d records applied more than once (%d applications for %d records): %s",
+			len(tl.duplicated), tl.rows, len(recs), tl.describe())
+	}
+	if len(tl.lost) > 0 {
+		lost := make([]string, len(tl.lost))
+		for i, q := range tl.lost {
+			lost[i] = q.String()
+		}
+		t.Errorf("LOST: %d records have no application: %s", len(lost), head(lost))
+	}
+	if len(tl.phantoms) > 0 {
+		t.Errorf("%d applications name no record of the topic: %s", len(tl.phantoms), head(tl.phantoms))
+	}
+
+	// Key order: rows come in seq order; per customer and partition the
+	// offsets must rise (not over a share group, which promises no order).
 	var order []string
 	for c, as := range perCustomer {
 		if !keyOrder {
@@ -258,17 +374,18 @@ func check(t *testing.T, pool *pgxpool.Pool, group, topic string, recs []record,
 		t.Fatal(err)
 	}
 	var mismatch []string
+	extra := 0
 	for c := range mergeKeys(want, got) {
 		if w, g := want[c], got[c]; w != g {
 			mismatch = append(mismatch, fmt.Sprintf("%s: %d orders %d cents, topic says %d orders %d cents", c, g[0], g[1], w[0], w[1]))
 			if g[0] > w[0] {
-				res.duplicated += int(g[0] - w[0])
+				extra += int(g[0] - w[0])
 			}
 		}
 	}
 	sort.Strings(mismatch)
 	if len(mismatch) > 0 {
-		t.Errorf("TOTALS: %d customers' totals differ from the topic (%d orders counted twice): %s", len(mismatch), res.duplicated, head(mismatch))
+		t.Errorf("TOTALS: %d customers' totals differ from the topic (%d orders counted more than once): %s", len(mismatch), extra, head(mismatch))
 	}
 	return res
 }
@@ -305,8 +422,11 @@ func deadLettered(t *testing.T, dlq string) int64 {
 	var n int64
 	for _, ps := range listed {
 		for _, o := range ps {
-			if o.Err == nil {
+			switch {
+			case o.Err == nil:
 				n += o.Offset
+			case !errors.Is(o.Err, kerr.UnknownTopicOrPartition): // never created: none
+				t.Fatalf("end offset of %s/%d: %v", dlq, o.Partition, o.Err)
 			}
 		}
 	}
@@ -318,15 +438,22 @@ func deadLettered(t *testing.T, dlq string) int64 {
 func report(t *testing.T, s summary) {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "chaos summary (%s mode, seed %d)\n", s.Mode, s.Seed)
+	fmt.Fprintf(&b, "chaos summary (%s mode, %d Kafka node(s), seed %d)\n", s.Mode, s.Nodes, s.Seed)
 	fmt.Fprintf(&b, "  fault phase        %.1fs (run %.1fs), %d partitions, %d consumers started\n", s.FaultPhase, s.Total, s.Partitions, s.ConsumersRun)
-	fmt.Fprintf(&b, "  produced           %d orders (%d produce failures)\n", s.Produced, s.ProduceFailed)
+	fmt.Fprintf(&b, "  produced           %d orders, acks=all (%d produce failures)\n", s.Produced, s.ProduceFailed)
 	fmt.Fprintf(&b, "  faults survived    %d\n", s.FaultsTotal)
 	for _, k := range faultKinds {
 		f := s.Faults[k]
+		if s.Nodes < replicas && slices.Contains(brokerFaultKinds, k) {
+			continue // not dealt on a bed of one node
+		}
 		fmt.Fprintf(&b, "    %-17s %3d   recovery worst %5.1fs  mean %5.1fs\n", k, f.Count, f.WorstRecovery, f.MeanRecovery)
 	}
 	fmt.Fprintf(&b, "  worst recovery     %.1fs (%s)\n", s.WorstRecovery, s.WorstKind)
+	if s.Nodes >= replicas {
+		fmt.Fprintf(&b, "  worst wait for the cluster back in sync after a fault %.1fs\n", s.WorstBackInSync)
+	}
+	reportCommits(&b, s)
 	fmt.Fprintf(&b, "  final catch-up     %.1fs\n", s.FinalCatchUp)
 	if s.Mode == "share" {
 		fmt.Fprintf(&b, "  lag samples        %d (%d failed during restarts)\n", s.Samples, s.SamplesFailed)
@@ -337,7 +464,8 @@ func report(t *testing.T, s summary) {
 	if s.Mode == "share" {
 		order = "key order not checked (share group)"
 	}
-	fmt.Fprintf(&b, "  lost %d, duplicated %d, %s, dead-lettered %d\n", s.Lost, s.Duplicated, order, s.DeadLettered)
+	fmt.Fprintf(&b, "  lost %d, duplicated %d (records applied 0 / more than once: the strict effect's applications), %s, dead-lettered %d\n",
+		s.Lost, s.Duplicated, order, s.DeadLettered)
 	fmt.Fprintf(&b, "  result             %s", map[bool]string{true: "PASS", false: "FAIL"}[s.Pass])
 	t.Log(b.String())
 	if path := os.Getenv("TIDEMARK_CHAOS_SUMMARY"); path != "" {

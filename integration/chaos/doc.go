@@ -3,10 +3,21 @@
 // keep writing, and at random moments one consumer is killed with SIGKILL,
 // another stopped with SIGTERM, new ones are started, one is frozen with
 // SIGSTOP past its session timeout, and the Kafka broker and PostgreSQL are
-// restarted. At the end every record must have been applied exactly once
+// restarted. Each consumer connects through loopback proxies of its own
+// (internal/tcpproxy), so one consumer alone can be cut off from Kafka while
+// it keeps PostgreSQL (a zombie, whose effects the inbox must fence), cut
+// off from PostgreSQL, slowed down, or have its broker connections reset;
+// and partitions are added to the topic while it is consumed. On a bed of
+// three Kafka nodes (TIDEMARK_KAFKA_NODES=3 scripts/testbed up, or make soak
+// CLUSTER=3) the leader of a consumed partition and the group's coordinator
+// are killed too, the nodes restarted one by one, and a leader frozen past
+// the broker session timeout. At the end
+// every record must have been applied exactly once
 // (inbox rows and effects, against the topic read back), each key's effects
-// in offset order, and no committed offset may ever have gone backward. The
-// run reports the faults it survived and the worst recovery time.
+// in offset order within its partition, no committed offset may ever have
+// gone backward, and no inbox row may have committed after its partition's
+// lease moved to a newer owner. The run reports the faults it survived and
+// the recovery time per kind of fault.
 //
 // With -mode share (or TIDEMARK_CHAOS_MODE=share) the consumers form a
 // share group instead (examples/orders -mode share, a 3 s lock): the same

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 )
 
@@ -113,7 +114,7 @@ func (m *monitor) read(ctx context.Context) (*sample, error) {
 		return nil, err
 	}
 	s := &sample{at: at, committed: make(map[int32]int64, m.partitions), end: make(map[int32]int64, m.partitions)}
-	for p := range int32(m.partitions) {
+	for p := range m.topicPartitions(ends) {
 		s.committed[p] = -1
 		if o, ok := resp.Lookup(m.topic, p); ok {
 			s.committed[p] = o.At
@@ -125,6 +126,13 @@ func (m *monitor) read(ctx context.Context) (*sample, error) {
 		s.end[p] = o.Offset
 	}
 	return s, nil
+}
+
+// topicPartitions is the number of partitions of the topic: the initial
+// count, or more once partitions were added (the admin client's metadata
+// lists them).
+func (m *monitor) topicPartitions(ends kadm.ListedOffsets) int32 {
+	return int32(max(m.partitions, len(ends[m.topic])))
 }
 
 // latest returns the newest sample, nil before the first.
@@ -204,7 +212,7 @@ func (m *monitor) readShare(ctx context.Context) (*sample, error) {
 		return nil, err
 	}
 	s := &sample{at: at, committed: make(map[int32]int64, m.partitions), end: make(map[int32]int64, m.partitions)}
-	for p := range int32(m.partitions) {
+	for p := range m.topicPartitions(ends) {
 		o, ok := ends.Lookup(m.topic, p)
 		if !ok {
 			return nil, fmt.Errorf("no end offset for partition %d", p)
@@ -216,4 +224,185 @@ func (m *monitor) readShare(ctx context.Context) (*sample, error) {
 		}
 	}
 	return s, nil
+}
+
+// leases samples the inbox's partition leases every interval for the whole
+// run and keeps, for each partition and lease epoch, the database's clock
+// when a sample first saw it. A lease epoch is raised by the bump of a new
+// assignment; from then on the fence refuses every inbox row of an older
+// epoch of the partition (the row must match the lease at COMMIT, and the
+// bump waits for a commit that holds the lease). So a row of epoch E that
+// committed after a newer epoch of its partition was seen was committed by
+// an owner already fenced: its effect landed although its owner had lost
+// the partition. The commit times come from auditCommits' trigger; the
+// sampling only delays "first seen", so that reading has no false alarms.
+type leases struct {
+	pool         *pgxpool.Pool
+	group, topic string
+	interval     time.Duration
+
+	mu     sync.Mutex
+	seen   map[int32]map[int64]time.Time // partition → epoch → first seen
+	failed int
+}
+
+func newLeases(pool *pgxpool.Pool, group, topic string, interval time.Duration) *leases {
+	return &leases{pool: pool, group: group, topic: topic, interval: interval, seen: map[int32]map[int64]time.Time{}}
+}
+
+// run samples until ctx ends.
+func (l *leases) run(ctx context.Context) {
+	t := time.NewTicker(l.interval)
+	defer t.Stop()
+	for {
+		l.once(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// once takes one sample; a failed one (PostgreSQL restarting) is counted.
+func (l *leases) once(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	type row struct {
+		p  int32
+		e  int64
+		at time.Time
+	}
+	var got []row
+	rows, err := l.pool.Query(ctx, `SELECT partition, epoch, clock_timestamp() FROM tidemark_lease WHERE group_id = $1 AND topic = $2`, l.group, l.topic)
+	if err == nil {
+		for rows.Next() {
+			var r row
+			if err = rows.Scan(&r.p, &r.e, &r.at); err != nil {
+				break
+			}
+			got = append(got, r)
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.failed++
+		return
+	}
+	for _, r := range got {
+		if l.seen[r.p] == nil {
+			l.seen[r.p] = map[int64]time.Time{}
+		}
+		if _, ok := l.seen[r.p][r.e]; !ok {
+			l.seen[r.p][r.e] = r.at
+		}
+	}
+}
+
+// supersededAt returns, per partition and epoch, the earliest time a
+// newer epoch of the partition was seen (missing: never).
+func (l *leases) supersededAt() map[int32]map[int64]time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[int32]map[int64]time.Time{}
+	for p, epochs := range l.seen {
+		es := make([]int64, 0, len(epochs))
+		for e := range epochs {
+			es = append(es, e)
+		}
+		sort.Slice(es, func(i, j int) bool { return es[i] < es[j] })
+		out[p] = map[int64]time.Time{}
+		var earliest time.Time // of the epochs above es[i]
+		for i := len(es) - 1; i >= 0; i-- {
+			if !earliest.IsZero() {
+				out[p][es[i]] = earliest
+			}
+			if at := epochs[es[i]]; earliest.IsZero() || at.Before(earliest) {
+				earliest = at
+			}
+		}
+	}
+	return out
+}
+
+// landedFenced returns the inbox rows of the run that committed after a
+// newer lease epoch of their partition had been seen: effects of a fenced
+// owner that landed.
+func (l *leases) landedFenced(ctx context.Context) ([]string, error) {
+	sup := l.supersededAt()
+	rows, err := l.pool.Query(ctx, `SELECT partition, "offset", epoch, committing FROM chaos_inbox_commits WHERE group_id = $1 AND topic = $2`, l.group, l.topic)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var p int32
+		var o, e int64
+		var at time.Time
+		if err := rows.Scan(&p, &o, &e, &at); err != nil {
+			return nil, err
+		}
+		if s, ok := sup[p][e]; ok && at.After(s) {
+			out = append(out, fmt.Sprintf("%d@%d under epoch %d, committed %s after a newer epoch was seen at %s",
+				p, o, e, at.Sub(s).Round(time.Millisecond), s.Format("15:04:05.000")))
+		}
+	}
+	sort.Strings(out)
+	return out, rows.Err()
+}
+
+// epochs returns the number of lease epochs seen and failed samples.
+func (l *leases) counts() (epochs, failed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, es := range l.seen {
+		epochs += len(es)
+	}
+	return epochs, l.failed
+}
+
+// auditCommits creates, in the run's schema, a table that receives one row
+// per inbox row committed, with the database's clock at its commit: a
+// deferred trigger on the inbox runs at COMMIT, after the inbox's fence
+// trigger (triggers of one event fire in name order), and its row commits
+// or rolls back with the transaction. The inbox's tables must exist.
+func auditCommits(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, `
+CREATE TABLE chaos_inbox_commits (
+	group_id   text NOT NULL,
+	topic      text NOT NULL,
+	partition  integer NOT NULL,
+	"offset"   bigint NOT NULL,
+	epoch      bigint NOT NULL,
+	committing timestamptz NOT NULL
+);
+CREATE FUNCTION chaos_inbox_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO chaos_inbox_commits VALUES (NEW.group_id, NEW.topic, NEW.partition, NEW."offset", NEW.epoch, clock_timestamp());
+	RETURN NULL;
+END
+$$;
+CREATE CONSTRAINT TRIGGER zz_chaos_inbox_commit AFTER INSERT ON tidemark_inbox
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION chaos_inbox_commit();`)
+	return err
+}
+
+// breakFence replaces the inbox's commit-time fence with one that lets
+// every row through, in the run's schema only: TIDEMARK_CHAOS_BREAK_FENCE=1,
+// to see the fenced-owner check fail (docs/chaos.md). The claim still
+// checks the lease when a transaction begins; what no longer holds is that
+// a transaction that claimed before a bump cannot commit after it.
+func breakFence(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, `CREATE OR REPLACE FUNCTION tidemark_inbox_fence() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RETURN NULL;
+END
+$$`)
+	return err
 }

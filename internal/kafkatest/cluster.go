@@ -112,9 +112,12 @@ func (c *Cluster) Topic(partitions int) string {
 	return topic
 }
 
-// CreateTopic creates topic with the given number of partitions (one
-// replica), waits until every partition has a leader that answers, and
-// deletes the topic in the test's cleanup (a failed delete fails the test).
+// CreateTopic creates topic with the given number of partitions and the
+// broker's default replication factor (one on the bed of one node; three on
+// its cluster, where a topic of one replica could never meet the
+// min.insync.replicas of two that an acks=all write needs), waits until
+// every partition has a leader that answers, and deletes the topic in the
+// test's cleanup (a failed delete fails the test).
 func (c *Cluster) CreateTopic(topic string, partitions int) {
 	t := c.t
 	t.Helper()
@@ -123,7 +126,7 @@ func (c *Cluster) CreateTopic(topic string, partitions int) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), OpTimeout)
 	defer cancel()
-	resp, err := c.adm.CreateTopic(ctx, int32(partitions), 1, nil, topic)
+	resp, err := c.adm.CreateTopic(ctx, int32(partitions), -1, nil, topic)
 	if err == nil {
 		err = resp.Err
 	}

@@ -1,15 +1,28 @@
-// Package tcpproxy is a loopback TCP proxy for tests that need to cut, or
-// slow down, a client's connections to a server they share with other
-// tests (a Kafka broker of the test bed) without stopping that server.
+// Package tcpproxy is a loopback TCP proxy for tests that need to cut, hold,
+// reset or slow down a client's connections to a server they share with
+// other tests (a Kafka broker or the PostgreSQL of the test bed) without
+// stopping that server.
 //
 // A Proxy listens on 127.0.0.1 and forwards every connection to one target
-// address. Cut closes every forwarded connection and stops listening, so a
-// dial is refused as by a stopped server, until Restore listens again on the
-// same port; SetLatency delays every chunk of
-// bytes, in both directions, by a fixed time. A client that learns other
-// addresses from the server (Kafka's metadata names the brokers' advertised
-// addresses) must be made to dial them through the proxy too, for example
-// with a dialer that maps the target address to Addr.
+// address. Its faults:
+//
+//   - Cut closes every forwarded connection and stops listening, so a dial
+//     is refused as by a stopped server, until Restore listens again on the
+//     same port.
+//   - Blackhole is a network partition: connections stay open and new ones
+//     are accepted, but no byte goes through either way until Restore,
+//     which lets the held bytes through (as TCP does when a partition
+//     heals: a connection its client has not given up on resumes).
+//   - Reset aborts every live connection with a TCP RST to both sides, as a
+//     middlebox or a crashed peer does; new connections are forwarded.
+//     ResetAfter does it to one connection right after it carried bytes
+//     that a test recognises (a given request of a protocol, say).
+//   - SetLatency and SetLatencies delay every chunk of bytes, per direction.
+//
+// A client that learns other addresses from the server (Kafka's metadata
+// names the brokers' advertised addresses) must be made to dial them through
+// the proxy too, for example with a dialer that maps the target address to
+// Addr.
 package tcpproxy
 
 import (
@@ -29,11 +42,14 @@ type Proxy struct {
 	lnMu sync.Mutex   // serializes Cut, Restore and Close
 	ln   net.Listener // nil while cut
 
-	mu      sync.Mutex
-	cut     bool
-	latency time.Duration
-	conns   map[*pipe]struct{}
-	closed  bool
+	mu       sync.Mutex
+	cut      bool
+	held     chan struct{} // non-nil while blackholed; closed by Restore
+	up, down time.Duration // latency towards the target, towards the client
+	resetOn  func(toTarget bool, b []byte) bool
+	wrap     func(net.Conn) net.Conn
+	conns    map[*pipe]struct{}
+	closed   bool
 
 	wg sync.WaitGroup // the accept loop and every pipe's goroutines
 }
@@ -64,7 +80,7 @@ func (p *Proxy) Target() string { return p.target }
 
 // Cut closes every forwarded connection and stops listening: until
 // Restore, a dial to Addr is refused (ECONNREFUSED), as when the server is
-// down.
+// down. It ends a Blackhole (the held connections are closed).
 func (p *Proxy) Cut() {
 	p.lnMu.Lock()
 	defer p.lnMu.Unlock()
@@ -86,16 +102,66 @@ func (p *Proxy) cutLocked() {
 	}
 }
 
-// Restore undoes Cut: it listens on Addr again and forwards new
-// connections. It fails if the port was taken meanwhile, or after Close.
+// Blackhole stops every byte, both ways, on the connections made before
+// and after, until Restore: a partition, not a refusal. A dial to Addr
+// still succeeds (the proxy accepts it) but the target is not dialed until
+// Restore; a client sees its requests go unanswered until its own timeouts
+// give up. Bytes read before the call may still be written. It does nothing
+// while cut.
+func (p *Proxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil && !p.cut && !p.closed {
+		p.held = make(chan struct{})
+	}
+}
+
+// Reset aborts every live connection with a TCP RST to the client and to
+// the target (SO_LINGER 0, then close) and returns how many it aborted. It
+// does not stop the proxy: new connections are forwarded (or held, while
+// blackholed).
+func (p *Proxy) Reset() int {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = map[*pipe]struct{}{}
+	p.mu.Unlock()
+	for c := range conns {
+		c.reset()
+	}
+	return len(conns)
+}
+
+// ResetAfter makes the proxy call match with each chunk of bytes it has
+// just forwarded (toTarget: sent by the client) and reset the chunk's
+// connection (as Reset does) when match returns true: a test can abort a
+// connection right after a given request reached the server, before its
+// answer. A chunk is what one read returned, usually one write of the
+// sender's. match is called from the proxy's goroutines, concurrently; nil
+// removes it.
+func (p *Proxy) ResetAfter(match func(toTarget bool, b []byte) bool) {
+	p.mu.Lock()
+	p.resetOn = match
+	p.mu.Unlock()
+}
+
+// ErrClosed is Restore's error after Close.
+var ErrClosed = errors.New("tcpproxy: Restore after Close")
+
+// Restore undoes Cut and Blackhole: it listens on Addr again and forwards
+// new connections, and lets the held bytes of a blackhole through. It fails
+// if the port was taken meanwhile, or after Close.
 func (p *Proxy) Restore() error {
 	p.lnMu.Lock()
 	defer p.lnMu.Unlock()
 	p.mu.Lock()
 	closed := p.closed
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
 	p.mu.Unlock()
 	if closed {
-		return errors.New("tcpproxy: Restore after Close")
+		return ErrClosed
 	}
 	if p.ln != nil {
 		return nil // not cut
@@ -113,12 +179,27 @@ func (p *Proxy) Restore() error {
 	return nil
 }
 
+// WrapTarget makes the proxy copy through wrap(conn) for each connection to
+// the target it dials from now on: wrap sees the client's bytes written to
+// the target and the target's read back (a watcher of the protocol, such as
+// kgocontact.WatchConn). Cut, Reset and Close still act on the connection
+// itself.
+func (p *Proxy) WrapTarget(wrap func(net.Conn) net.Conn) {
+	p.mu.Lock()
+	p.wrap = wrap
+	p.mu.Unlock()
+}
+
 // SetLatency delays every chunk of bytes read from either side by d before
 // it is written to the other, for connections made before and after; 0
 // forwards at once. Throughput is not limited: chunks are queued.
-func (p *Proxy) SetLatency(d time.Duration) {
+func (p *Proxy) SetLatency(d time.Duration) { p.SetLatencies(d, d) }
+
+// SetLatencies is SetLatency per direction: toTarget delays the bytes the
+// client sends, toClient those the target answers.
+func (p *Proxy) SetLatencies(toTarget, toClient time.Duration) {
 	p.mu.Lock()
-	p.latency = max(d, 0)
+	p.up, p.down = max(toTarget, 0), max(toClient, 0)
 	p.mu.Unlock()
 }
 
@@ -128,6 +209,10 @@ func (p *Proxy) Close() error {
 	p.lnMu.Lock()
 	p.mu.Lock()
 	p.closed = true
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
 	p.mu.Unlock()
 	p.cutLocked()
 	p.lnMu.Unlock()
@@ -147,32 +232,65 @@ func (p *Proxy) accept(ln net.Listener) {
 	}
 }
 
-// forward dials the target for client and copies both ways until either
-// side ends or the pipe is closed.
+// pass blocks while the proxy is blackholed, and returns false if pp was
+// closed meanwhile.
+func (p *Proxy) pass(pp *pipe) bool {
+	for {
+		p.mu.Lock()
+		held := p.held
+		p.mu.Unlock()
+		if held == nil {
+			return !pp.isClosed()
+		}
+		select {
+		case <-held:
+		case <-pp.done:
+			return false
+		}
+	}
+}
+
+// forward dials the target for client (once no blackhole holds it) and
+// copies both ways until either side ends or the pipe is closed.
 func (p *Proxy) forward(client net.Conn) {
 	defer p.wg.Done()
-	server, err := net.DialTimeout("tcp", p.target, 10*time.Second)
-	if err != nil {
-		client.Close()
-		return
-	}
-	pp := &pipe{a: client, b: server}
+	pp := &pipe{a: client, done: make(chan struct{})}
 	p.mu.Lock()
 	if p.cut || p.closed {
 		p.mu.Unlock()
 		pp.close()
 		return
 	}
-	p.conns[pp] = struct{}{}
+	p.conns[pp] = struct{}{} // so that Cut, Reset and Close reach a held dial
 	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.conns, pp)
+		p.mu.Unlock()
+	}()
+	if !p.pass(pp) {
+		return
+	}
+	server, err := net.DialTimeout("tcp", p.target, 10*time.Second)
+	if err != nil {
+		pp.close()
+		return
+	}
+	if !pp.setTarget(server) {
+		return // closed while dialing
+	}
+	p.mu.Lock()
+	wrap := p.wrap
+	p.mu.Unlock()
+	through := server
+	if wrap != nil {
+		through = wrap(server)
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.copy(server, client, pp) }()
-	go func() { defer wg.Done(); p.copy(client, server, pp) }()
+	go func() { defer wg.Done(); p.copy(through, client, pp, true) }()
+	go func() { defer wg.Done(); p.copy(client, through, pp, false) }()
 	wg.Wait()
-	p.mu.Lock()
-	delete(p.conns, pp)
-	p.mu.Unlock()
 }
 
 // chunk is bytes read at a time, to be written once the latency passed.
@@ -182,8 +300,9 @@ type chunk struct {
 }
 
 // copy forwards from src to dst through a queue that delays each chunk by
-// the latency, and closes the pipe when src ends or either side fails.
-func (p *Proxy) copy(dst, src net.Conn, pp *pipe) {
+// the latency of its direction (up: towards the target), holds it while
+// blackholed, and closes the pipe when src ends or either side fails.
+func (p *Proxy) copy(dst, src net.Conn, pp *pipe, up bool) {
 	defer pp.close()
 	q := make(chan chunk, 64)
 	done := make(chan struct{})
@@ -193,9 +312,26 @@ func (p *Proxy) copy(dst, src net.Conn, pp *pipe) {
 			if d := time.Until(c.at); d > 0 {
 				time.Sleep(d)
 			}
+			if !p.pass(pp) {
+				for range q { // let the reader finish
+				}
+				return
+			}
 			if _, err := dst.Write(c.b); err != nil {
 				pp.close()
-				for range q { // let the reader finish
+				for range q {
+				}
+				return
+			}
+			p.mu.Lock()
+			match := p.resetOn
+			p.mu.Unlock()
+			if match != nil && match(up, c.b) {
+				p.mu.Lock()
+				delete(p.conns, pp)
+				p.mu.Unlock()
+				pp.reset()
+				for range q {
 				}
 				return
 			}
@@ -205,10 +341,19 @@ func (p *Proxy) copy(dst, src net.Conn, pp *pipe) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			p.mu.Lock()
-			d := p.latency
-			p.mu.Unlock()
-			q <- chunk{b: append([]byte(nil), buf[:n]...), at: time.Now().Add(d)}
+			// Held here while blackholed: src is not read, so its sender's
+			// buffers fill as over a partition.
+			if !p.pass(pp) {
+				err = net.ErrClosed
+			} else {
+				p.mu.Lock()
+				d := p.down
+				if up {
+					d = p.up
+				}
+				p.mu.Unlock()
+				q <- chunk{b: append([]byte(nil), buf[:n]...), at: time.Now().Add(d)}
+			}
 		}
 		if err != nil {
 			// Either side ending ends the connection both ways (no
@@ -220,15 +365,57 @@ func (p *Proxy) copy(dst, src net.Conn, pp *pipe) {
 	}
 }
 
-// pipe is one forwarded connection: the client's and the target's.
+// pipe is one forwarded connection: the client's (a) and the target's (b,
+// nil until dialed).
 type pipe struct {
-	a, b net.Conn
-	once sync.Once
+	a    net.Conn
+	done chan struct{} // closed by close
+
+	mu     sync.Mutex
+	b      net.Conn
+	closed bool
 }
 
-func (pp *pipe) close() {
-	pp.once.Do(func() {
-		pp.a.Close()
-		pp.b.Close()
-	})
+// setTarget attaches the target's connection, or closes it and returns
+// false if the pipe was closed meanwhile.
+func (pp *pipe) setTarget(b net.Conn) bool {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if pp.closed {
+		b.Close()
+		return false
+	}
+	pp.b = b
+	return true
+}
+
+func (pp *pipe) isClosed() bool {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	return pp.closed
+}
+
+func (pp *pipe) close() { pp.end(false) }
+
+// reset closes both connections with SO_LINGER 0, which makes the kernel
+// send a RST instead of a FIN.
+func (pp *pipe) reset() { pp.end(true) }
+
+func (pp *pipe) end(rst bool) {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if pp.closed {
+		return
+	}
+	pp.closed = true
+	close(pp.done)
+	for _, c := range []net.Conn{pp.a, pp.b} {
+		if c == nil {
+			continue
+		}
+		if tc, ok := c.(*net.TCPConn); ok && rst {
+			_ = tc.SetLinger(0)
+		}
+		c.Close()
+	}
 }

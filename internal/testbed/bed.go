@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,6 +18,26 @@ import (
 // the bed take the directory's lock file, so other processes wait.
 type Bed struct {
 	cfg Config
+	// heapDefault: Config.KafkaHeap was empty, so a cluster gets
+	// DefaultClusterHeap whatever withDefaults chose.
+	heapDefault bool
+}
+
+// Open returns the Bed of the checkout that the working directory is in,
+// configured from the environment (FromEnv), with its progress lines going
+// to out: what a test that drives the bed's verbs itself opens. It starts
+// nothing.
+func Open(out io.Writer) (*Bed, error) {
+	root, err := FindRoot(".")
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := FromEnv(root, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Out = out
+	return New(cfg)
 }
 
 // New returns the Bed that cfg describes. It starts nothing.
@@ -25,7 +46,7 @@ func New(cfg Config) (*Bed, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Bed{cfg: c}, nil
+	return &Bed{cfg: c, heapDefault: len(cfg.KafkaHeap) == 0}, nil
 }
 
 // Dir is the bed's directory.
@@ -134,6 +155,18 @@ func (b *Bed) Up(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	nodes := b.cfg.KafkaNodes
+	if st != nil && st.Kafka != nil && len(st.Kafka.Nodes) > 0 {
+		if kafkaRuns && nodes != 0 && nodes != len(st.Kafka.Nodes) {
+			return fmt.Errorf("TIDEMARK_KAFKA_NODES=%d, but the bed's Kafka runs with %d nodes: run scripts/testbed down first", nodes, len(st.Kafka.Nodes))
+		}
+		if nodes == 0 {
+			nodes = len(st.Kafka.Nodes)
+		}
+	}
+	if nodes == 0 {
+		nodes = 1
+	}
 	if st == nil {
 		st = &State{}
 	}
@@ -143,8 +176,14 @@ func (b *Bed) Up(ctx context.Context) (err error) {
 	var pg *PostgresState
 	var as runAs
 	if !kafkaRuns {
-		if k, err = b.planKafka(p); err != nil {
+		if k, err = b.planKafka(p, nodes); err != nil {
 			return err
+		}
+		if b.heapDefault {
+			k.Heap = strings.Fields(DefaultKafkaHeap)
+			if nodes > 1 {
+				k.Heap = strings.Fields(DefaultClusterHeap)
+			}
 		}
 	}
 	if !pgRuns {
@@ -159,9 +198,7 @@ func (b *Bed) Up(ctx context.Context) (err error) {
 			return
 		}
 		if !kafkaRuns && st.Kafka != nil {
-			for i := range st.Kafka.Nodes {
-				_ = b.stopNode(&st.Kafka.Nodes[i], Graceful, len(st.Kafka.Nodes))
-			}
+			_ = b.stopNodes(st.nodes(Service{Kind: Kafka}), Graceful, len(st.Kafka.Nodes))
 		}
 		if !pgRuns && st.Postgres != nil {
 			_ = b.stopPG(st.Postgres, Graceful)
@@ -246,9 +283,7 @@ func (b *Bed) Down(ctx context.Context) error {
 		errs = append(errs, b.legacyDown())
 	} else {
 		if st.Kafka != nil {
-			for i := range st.Kafka.Nodes {
-				errs = append(errs, b.stopNode(&st.Kafka.Nodes[i], Graceful, len(st.Kafka.Nodes)))
-			}
+			errs = append(errs, b.stopNodes(st.nodes(Service{Kind: Kafka}), Graceful, len(st.Kafka.Nodes)))
 		}
 		if st.Postgres != nil {
 			errs = append(errs, b.stopPG(st.Postgres, Graceful))
@@ -351,11 +386,7 @@ func (b *Bed) stop(st *State, s Service, m Mode) error {
 	if s.Kind == Postgres {
 		return b.stopPG(st.Postgres, m)
 	}
-	var errs []error
-	for _, n := range st.nodes(s) {
-		errs = append(errs, b.stopNode(n, m, len(st.Kafka.Nodes)))
-	}
-	return errors.Join(errs...)
+	return b.stopNodes(st.nodes(s), m, len(st.Kafka.Nodes))
 }
 
 func (b *Bed) start(ctx context.Context, st *State, s Service) error {

@@ -18,8 +18,18 @@ const (
 	DefaultKafkaControllerPort = 19093
 	DefaultPGPort              = 15432
 	DefaultKafkaHeap           = "-Xms256m -Xmx512m"
-	DefaultKafkaStartTimeout   = 120 * time.Second
-	DefaultPGStartTimeout      = 60 * time.Second
+	// DefaultClusterHeap is each node's heap in a cluster (KafkaNodes > 1):
+	// three JVMs share the machine with PostgreSQL and the tests.
+	DefaultClusterHeap = "-Xms128m -Xmx384m"
+	// MaxKafkaNodes bounds KafkaNodes: the nodes' ports are spaced by
+	// NodePortStep from the first node's.
+	MaxKafkaNodes = 9
+	// NodePortStep is the distance between the ports of two consecutive
+	// nodes of a cluster: node N listens on KafkaPort+NodePortStep*(N-1)
+	// and its controller on KafkaControllerPort+NodePortStep*(N-1).
+	NodePortStep             = 10
+	DefaultKafkaStartTimeout = 120 * time.Second
+	DefaultPGStartTimeout    = 60 * time.Second
 	// DefaultStopTimeout is how long a stopped server has before SIGKILL.
 	DefaultStopTimeout = 30 * time.Second
 )
@@ -37,15 +47,23 @@ type Config struct {
 	// Root/.testbed. A relative Dir is taken relative to Root.
 	Dir string
 
-	KafkaPort           int // the broker's client listener
-	KafkaControllerPort int // the KRaft controller listener
+	KafkaPort           int // the broker's client listener (node 1's in a cluster)
+	KafkaControllerPort int // the KRaft controller listener (node 1's in a cluster)
 	PGPort              int
+
+	// KafkaNodes is the number of Kafka nodes Up starts: 1 (the default) is
+	// one node that is broker and controller; more is a cluster of that
+	// many nodes, each broker and controller, whose topics get three
+	// replicas (or one per node, when fewer) and min.insync.replicas 2.
+	// Zero means the running bed's count, else 1.
+	KafkaNodes int
 
 	// KafkaVersion is the Apache Kafka release the broker runs; its jars
 	// must be in JarsDir(KafkaVersion) (scripts/testbed provision puts them
 	// there). Default: the kafka.version of Root/scripts/kafka/pom.xml.
 	KafkaVersion string
-	// KafkaHeap are the broker JVM's heap flags; default DefaultKafkaHeap.
+	// KafkaHeap are each broker JVM's heap flags; default DefaultKafkaHeap
+	// for one node, DefaultClusterHeap for a cluster.
 	KafkaHeap []string
 	// JavaHome, when set, is the JDK or JRE to run Kafka with; otherwise
 	// java on PATH.
@@ -65,7 +83,8 @@ type Config struct {
 // FromEnv returns the Config of the checkout at root from the environment
 // as getenv reads it (os.Getenv in the command): TIDEMARK_TESTBED_DIR,
 // TIDEMARK_KAFKA_PORT, TIDEMARK_KAFKA_CONTROLLER_PORT, TIDEMARK_PG_PORT,
-// TIDEMARK_KAFKA_VERSION, TIDEMARK_KAFKA_HEAP, TIDEMARK_KAFKA_START_TIMEOUT
+// TIDEMARK_KAFKA_NODES, TIDEMARK_KAFKA_VERSION, TIDEMARK_KAFKA_HEAP,
+// TIDEMARK_KAFKA_START_TIMEOUT
 // and TIDEMARK_PG_START_TIMEOUT (seconds), TIDEMARK_PG_BIN and JAVA_HOME. A
 // value that does not parse is an error naming the variable.
 func FromEnv(root string, getenv func(string) string) (Config, error) {
@@ -109,6 +128,14 @@ func FromEnv(root string, getenv func(string) string) (Config, error) {
 		}
 		*d.to = time.Duration(n) * time.Second
 	}
+	if s := getenv("TIDEMARK_KAFKA_NODES"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxKafkaNodes {
+			errs = append(errs, fmt.Errorf("TIDEMARK_KAFKA_NODES=%q is not a number of Kafka nodes (1-%d)", s, MaxKafkaNodes))
+		} else {
+			c.KafkaNodes = n
+		}
+	}
 	// Empty or unset: the default, as ${TIDEMARK_KAFKA_HEAP:-...} was.
 	c.KafkaHeap = strings.Fields(getenv("TIDEMARK_KAFKA_HEAP"))
 	if c.KafkaVersion != "" && !versionRE.MatchString(c.KafkaVersion) {
@@ -141,8 +168,14 @@ func (c Config) withDefaults() (Config, error) {
 		c.Dir = filepath.Join(c.Root, c.Dir)
 	}
 	c.Dir = filepath.Clean(c.Dir)
+	if c.KafkaNodes < 0 || c.KafkaNodes > MaxKafkaNodes {
+		return c, fmt.Errorf("testbed: Config.KafkaNodes %d: want 0 to %d", c.KafkaNodes, MaxKafkaNodes)
+	}
 	if len(c.KafkaHeap) == 0 {
 		c.KafkaHeap = strings.Fields(DefaultKafkaHeap)
+		if c.KafkaNodes > 1 {
+			c.KafkaHeap = strings.Fields(DefaultClusterHeap)
+		}
 	}
 	if c.KafkaStartTimeout <= 0 {
 		c.KafkaStartTimeout = DefaultKafkaStartTimeout

@@ -25,6 +25,7 @@ func TestFromEnv(t *testing.T) {
 		"TIDEMARK_TESTBED_DIR":           "bed2",
 		"TIDEMARK_PG_BIN":                "/opt/pg/bin",
 		"JAVA_HOME":                      "/opt/jdk",
+		"TIDEMARK_KAFKA_NODES":           "3",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -35,8 +36,8 @@ func TestFromEnv(t *testing.T) {
 	if c.Root != want.Root || c.Dir != want.Dir || c.KafkaPort != want.KafkaPort || c.KafkaControllerPort != want.KafkaControllerPort ||
 		c.PGPort != want.PGPort || c.KafkaVersion != want.KafkaVersion || !slices.Equal(c.KafkaHeap, want.KafkaHeap) ||
 		c.JavaHome != want.JavaHome || c.PGBin != want.PGBin || c.KafkaStartTimeout != want.KafkaStartTimeout ||
-		c.PGStartTimeout != want.PGStartTimeout {
-		t.Fatalf("FromEnv = %+v\nwant %+v", c, want)
+		c.PGStartTimeout != want.PGStartTimeout || c.KafkaNodes != 3 {
+		t.Fatalf("FromEnv = %+v\nwant %+v and 3 Kafka nodes", c, want)
 	}
 
 	// Nothing set: every field zero, so the defaults and the recorded
@@ -45,7 +46,7 @@ func TestFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.KafkaPort != 0 || c.PGPort != 0 || len(c.KafkaHeap) != 0 || c.KafkaVersion != "" || c.KafkaStartTimeout != 0 {
+	if c.KafkaPort != 0 || c.PGPort != 0 || len(c.KafkaHeap) != 0 || c.KafkaVersion != "" || c.KafkaStartTimeout != 0 || c.KafkaNodes != 0 {
 		t.Fatalf("FromEnv with nothing set = %+v, want zero settings", c)
 	}
 	d, err := c.WithDefaults()
@@ -55,6 +56,11 @@ func TestFromEnv(t *testing.T) {
 	if d.Dir != "/repo/.testbed" || strings.Join(d.KafkaHeap, " ") != testbed.DefaultKafkaHeap ||
 		d.KafkaStartTimeout != 120*time.Second || d.PGStartTimeout != 60*time.Second || d.StopTimeout != 30*time.Second {
 		t.Fatalf("defaults = %+v", d)
+	}
+	// A cluster's nodes get the smaller heap unless one is set.
+	c.KafkaNodes = 3
+	if d, err = c.WithDefaults(); err != nil || strings.Join(d.KafkaHeap, " ") != testbed.DefaultClusterHeap {
+		t.Fatalf("cluster defaults: heap %q, %v; want %q", d.KafkaHeap, err, testbed.DefaultClusterHeap)
 	}
 }
 
@@ -68,6 +74,7 @@ func TestFromEnvRejects(t *testing.T) {
 		{"TIDEMARK_KAFKA_START_TIMEOUT", "2m", `TIDEMARK_KAFKA_START_TIMEOUT="2m" is not a number of seconds`},
 		{"TIDEMARK_PG_START_TIMEOUT", "0", `TIDEMARK_PG_START_TIMEOUT="0" is not a number of seconds`},
 		{"TIDEMARK_KAFKA_VERSION", "../4.1.1", `TIDEMARK_KAFKA_VERSION="../4.1.1" is not a Kafka release`},
+		{"TIDEMARK_KAFKA_NODES", "0", `TIDEMARK_KAFKA_NODES="0" is not a number of Kafka nodes (1-9)`},
 	}
 	all := map[string]string{}
 	for _, c := range cases {

@@ -36,6 +36,8 @@ var (
 	StartDetached    = startDetached
 )
 
+func PlanNodes(dir string, p Ports, nodes int) ([]Broker, error) { return planNodes(dir, p, nodes) }
+
 func (m Mark) In(argv []string) bool           { return m.in(argv) }
 func (n Broker) Mark() Mark                    { return n.mark() }
 func (p *PostgresState) Mark() Mark            { return p.mark() }

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -46,8 +47,10 @@ func (b *Bed) kafkaRuns(ctx context.Context, st *State) (bool, error) {
 }
 
 // planKafka checks what a Kafka start needs and returns the cluster to
-// start: one node that is broker and controller.
-func (b *Bed) planKafka(p ports) (*KafkaState, error) {
+// start: nodes nodes, each broker and controller (one node: the bed's
+// default). Node N listens on p.kafka+NodePortStep*(N-1) and its
+// controller on p.controller+NodePortStep*(N-1).
+func (b *Bed) planKafka(p ports, nodes int) (*KafkaState, error) {
 	java, err := findJava(b.cfg.JavaHome)
 	if err != nil {
 		return nil, err
@@ -66,29 +69,74 @@ func (b *Bed) planKafka(p ports) (*KafkaState, error) {
 	if _, err := os.Stat(log4j); err != nil {
 		return nil, fmt.Errorf("the broker's logging configuration: %w", err)
 	}
-	for _, pv := range []struct {
-		port int
-		name string
-	}{{p.kafka, "TIDEMARK_KAFKA_PORT"}, {p.controller, "TIDEMARK_KAFKA_CONTROLLER_PORT"}} {
-		if err := portFree(pv.port); err != nil {
-			return nil, fail(err.Error()+", so Kafka cannot listen there.",
-				"Stop that process, or pick another port: "+pv.name+"=<port> scripts/testbed up")
+	ns, err := planNodes(b.cfg.Dir, p, nodes)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range ns {
+		for _, pv := range []struct {
+			port int
+			name string
+		}{{n.Port, "TIDEMARK_KAFKA_PORT"}, {n.ControllerPort, "TIDEMARK_KAFKA_CONTROLLER_PORT"}} {
+			if err := portFree(pv.port); err != nil {
+				what := "Kafka"
+				if nodes > 1 {
+					what = fmt.Sprintf("Kafka node %d", n.ID)
+				}
+				return nil, fail(err.Error()+", so "+what+" cannot listen there.",
+					"Stop that process, or pick another port: "+pv.name+"=<port> scripts/testbed up")
+			}
 		}
 	}
-	const id = 1
-	dir := nodeDir(b.cfg.Dir, id)
 	return &KafkaState{
 		Version: version, ClusterID: newClusterID(), Java: java, Jars: jars, Log4j: log4j, Heap: b.cfg.KafkaHeap,
-		Nodes: []Broker{{
-			ID: id, Roles: []string{"broker", "controller"}, Port: p.kafka, ControllerPort: p.controller,
-			Dir: dir, Config: filepath.Join(dir, "server.properties"),
-			Data: filepath.Join(dir, "data"), Logs: filepath.Join(dir, "logs"),
-		}},
+		Nodes: ns,
 	}, nil
 }
 
-// launchKafka formats every node's storage afresh and starts its JVM,
-// recording each pid as soon as it runs. It does not wait for readiness.
+// planNodes lays out nodes Kafka nodes with ids 1..nodes in dir, their ports
+// spaced by NodePortStep from p's. Every port, PostgreSQL's included, must
+// differ. The controllers of a cluster get a directory id each, for the
+// format's --initial-controllers.
+func planNodes(dir string, p ports, nodes int) ([]Broker, error) {
+	if nodes < 1 || nodes > MaxKafkaNodes {
+		return nil, fmt.Errorf("%d Kafka nodes: want 1 to %d", nodes, MaxKafkaNodes)
+	}
+	used := map[int]string{p.pg: "PostgreSQL"}
+	var ns []Broker
+	for i := range nodes {
+		id := int32(i + 1)
+		d := nodeDir(dir, id)
+		n := Broker{
+			ID: id, Roles: []string{"broker", "controller"},
+			Port: p.kafka + NodePortStep*i, ControllerPort: p.controller + NodePortStep*i,
+			Dir: d, Config: filepath.Join(d, "server.properties"),
+			Data: filepath.Join(d, "data"), Logs: filepath.Join(d, "logs"),
+		}
+		if nodes > 1 {
+			n.DirID = newClusterID()
+		}
+		for _, pv := range []struct {
+			port int
+			what string
+		}{{n.Port, fmt.Sprintf("Kafka node %d", id)}, {n.ControllerPort, fmt.Sprintf("Kafka node %d's controller", id)}} {
+			if pv.port > 65535 {
+				return nil, fmt.Errorf("%s would listen on port %d: pick lower ports (TIDEMARK_KAFKA_PORT, TIDEMARK_KAFKA_CONTROLLER_PORT)", pv.what, pv.port)
+			}
+			if other, dup := used[pv.port]; dup {
+				return nil, fmt.Errorf("%s and %s would both listen on port %d: pick other ports (node N uses TIDEMARK_KAFKA_PORT+%d(N-1) and TIDEMARK_KAFKA_CONTROLLER_PORT+%d(N-1))",
+					other, pv.what, pv.port, NodePortStep, NodePortStep)
+			}
+			used[pv.port] = pv.what
+		}
+		ns = append(ns, n)
+	}
+	return ns, nil
+}
+
+// launchKafka formats every node's storage afresh (the nodes in parallel:
+// each format is a JVM of its own) and starts the JVMs, recording each pid
+// as soon as it runs. It does not wait for readiness.
 func (b *Bed) launchKafka(ctx context.Context, st *State) (format time.Duration, err error) {
 	k := st.Kafka
 	for i := range k.Nodes {
@@ -104,15 +152,29 @@ func (b *Bed) launchKafka(ctx context.Context, st *State) (format time.Duration,
 		if err := os.WriteFile(n.Config, serverProperties(k.Version, *n, k.Nodes), 0o644); err != nil {
 			return 0, err
 		}
-		t := time.Now()
-		fctx, cancel := context.WithTimeout(ctx, b.cfg.KafkaStartTimeout)
-		out := filepath.Join(n.Logs, "format.out")
-		err := runLogged(fctx, formatArgv(k, *n), out, nil)
-		cancel()
-		if err != nil {
-			return 0, fail("formatting the Kafka storage failed: "+err.Error(), "Read "+out, tail(out, 20))
-		}
-		format += time.Since(t)
+	}
+	t := time.Now()
+	fctx, cancel := context.WithTimeout(ctx, b.cfg.KafkaStartTimeout)
+	errs := make([]error, len(k.Nodes))
+	var wg sync.WaitGroup
+	for i, n := range k.Nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := filepath.Join(n.Logs, "format.out")
+			if err := runLogged(fctx, formatArgv(k, n), out, nil); err != nil {
+				errs[i] = fail("formatting the Kafka storage failed: "+err.Error(), "Read "+out, tail(out, 20))
+			}
+		}()
+	}
+	wg.Wait()
+	cancel()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	format = time.Since(t)
+	for i := range k.Nodes {
+		n := &k.Nodes[i]
 		if n.PID, err = startDetached(brokerArgv(k, *n), n.Dir, filepath.Join(n.Logs, "kafka.out"), nil); err != nil {
 			return 0, fmt.Errorf("start the Kafka JVM: %w", err)
 		}
@@ -131,9 +193,15 @@ func (b *Bed) startNodes(ctx context.Context, st *State, ns []*Broker) error {
 	var started []*Broker
 	for _, n := range ns {
 		if ours(n.PID, n.mark()) {
+			if n.Paused {
+				if err := b.resumeNode(n, len(k.Nodes)); err != nil {
+					return err
+				}
+				started = append(started, n)
+			}
 			continue
 		}
-		n.PID = 0
+		n.PID, n.Paused = 0, false
 		if _, err := os.Stat(filepath.Join(n.Data, "meta.properties")); err != nil {
 			return fail("no formatted Kafka storage in " + n.Data + ": run scripts/testbed up (which formats it) first.")
 		}
@@ -172,36 +240,67 @@ func (b *Bed) startNodes(ctx context.Context, st *State, ns []*Broker) error {
 	return nil
 }
 
-// stopNode stops node n's JVM and clears its pid: SIGTERM (a controlled
-// shutdown) then SIGKILL after the stop timeout, or SIGKILL at once under
-// Crash.
-func (b *Bed) stopNode(n *Broker, m Mode, nodes int) error {
-	name := "Kafka"
-	if nodes > 1 {
-		name = fmt.Sprintf("Kafka node %d", n.ID)
+// stopNodes stops the JVMs of nodes ns of a cluster of nodes nodes and
+// clears their pids: SIGTERM (a controlled shutdown) then SIGKILL after the
+// stop timeout, or SIGKILL at once under Crash. The nodes are signalled at
+// once and waited for together: a node's controlled shutdown needs the
+// controller quorum, so the last of nodes stopped one after the other
+// would wait out the stop timeout with its voters gone and get SIGKILL. A
+// paused node is continued first. A node that fails to stop keeps its pid
+// recorded; the others are stopped all the same.
+func (b *Bed) stopNodes(ns []*Broker, m Mode, nodes int) error {
+	var errs []error
+	var run []*Broker
+	for _, n := range ns {
+		name := nodeName(n, nodes)
+		if !ours(n.PID, n.mark()) {
+			b.notRunning(name, n.PID)
+			n.PID = 0
+			continue
+		}
+		if n.Paused {
+			// A stopped process does not act on SIGTERM until it runs again.
+			if err := b.resumeNode(n, nodes); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		if m == Crash {
+			b.say("killing %s (pid %d, SIGKILL)", name, n.PID)
+		} else {
+			b.say("stopping %s (pid %d)", name, n.PID)
+		}
+		run = append(run, n)
 	}
-	if !ours(n.PID, n.mark()) {
-		b.notRunning(name, n.PID)
-		n.PID = 0
-		return nil
-	}
-	var killed bool
-	var err error
+	sig, timeout := syscall.SIGTERM, b.cfg.StopTimeout
 	if m == Crash {
-		b.say("killing %s (pid %d, SIGKILL)", name, n.PID)
-		_, err = stopProcess(n.PID, n.mark(), syscall.SIGKILL, 10*time.Second)
-	} else {
-		b.say("stopping %s (pid %d)", name, n.PID)
-		killed, err = stopProcess(n.PID, n.mark(), syscall.SIGTERM, b.cfg.StopTimeout)
+		sig, timeout = syscall.SIGKILL, 10*time.Second
 	}
-	if killed {
-		b.say("%s (pid %d) was still running after %s; sent SIGKILL", name, n.PID, b.cfg.StopTimeout)
+	// The goroutines only signal and wait; the output and the state are
+	// written here, after them.
+	killed := make([]bool, len(run))
+	stopErrs := make([]error, len(run))
+	var wg sync.WaitGroup
+	for i, n := range run {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			killed[i], stopErrs[i] = stopProcess(n.PID, n.mark(), sig, timeout)
+		}()
 	}
-	if err != nil {
-		return fmt.Errorf("stop %s: %w", name, err) // the pid stays recorded
+	wg.Wait()
+	for i, n := range run {
+		name := nodeName(n, nodes)
+		if killed[i] {
+			b.say("%s (pid %d) was still running after %s; sent SIGKILL", name, n.PID, timeout)
+		}
+		if stopErrs[i] != nil {
+			errs = append(errs, fmt.Errorf("stop %s: %w", name, stopErrs[i])) // the pid stays recorded
+			continue
+		}
+		n.PID = 0
 	}
-	n.PID = 0
-	return nil
+	return errors.Join(errs...)
 }
 
 func (b *Bed) kafkaName(st *State, n Broker) string {

@@ -31,6 +31,7 @@ func serverProperties(version string, n Broker, nodes []Broker) []byte {
 	if hasRole(n, "controller") {
 		listeners += fmt.Sprintf(",CONTROLLER://127.0.0.1:%d", n.ControllerPort)
 	}
+	rf, isr := replication(nodes)
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `# Written by the test bed (internal/testbed) when the node is set up.
 process.roles=%s
@@ -45,18 +46,20 @@ log.dirs=%s
 num.network.threads=2
 num.io.threads=4
 
-# One node: internal topics with one replica, and fewer partitions than the
-# default 50 so they are created quickly.
-offsets.topic.replication.factor=1
+# Replication: one replica on one node; on a cluster three (one per broker
+# when fewer) and two in sync for acks=all, for the internal topics and for
+# topics created without a replication factor. Fewer partitions than the
+# default 50 for the internal topics, so they are created quickly.
+offsets.topic.replication.factor=%[7]d
 offsets.topic.num.partitions=10
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor=%[7]d
+transaction.state.log.min.isr=%[8]d
 transaction.state.log.num.partitions=10
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor=%[7]d
+share.coordinator.state.topic.min.isr=%[8]d
 num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
+default.replication.factor=%[7]d
+min.insync.replicas=%[8]d
 
 # Tests create their topics themselves.
 auto.create.topics.enable=false
@@ -84,7 +87,7 @@ group.share.session.timeout.ms=10000
 group.share.min.session.timeout.ms=1000
 group.share.record.lock.duration.ms=5000
 group.share.min.record.lock.duration.ms=1000
-`, strings.Join(n.Roles, ","), n.ID, strings.Join(voters, ","), listeners, listeners, n.Data)
+`, strings.Join(n.Roles, ","), n.ID, strings.Join(voters, ","), listeners, listeners, n.Data, rf, isr)
 	if shareVersion(version) >= 2 {
 		b.WriteString(`
 # The share groups' dead-letter queue (share.version 2, Kafka 4.4): a group
@@ -119,6 +122,22 @@ func shareVersion(version string) int {
 	return 0
 }
 
+// replication returns the replication factor and min.insync.replicas of a
+// cluster of nodes: three replicas, or one per broker when there are
+// fewer, and one less than that in sync (at least one): 3 and 2 on three
+// brokers, 1 and 1 on one.
+func replication(nodes []Broker) (rf, isr int) {
+	brokers := 0
+	for _, n := range nodes {
+		if hasRole(n, "broker") {
+			brokers++
+		}
+	}
+	rf = min(3, max(brokers, 1))
+	isr = min(2, max(rf-1, 1))
+	return rf, isr
+}
+
 func hasRole(n Broker, role string) bool {
 	for _, r := range n.Roles {
 		if r == role {
@@ -146,7 +165,10 @@ func brokerArgv(k *KafkaState, n Broker) []string {
 	return append(append([]string{k.Java}, jvmArgs(k, n.Logs)...), kafkaMain, n.Config)
 }
 
-// formatArgv is the command line that formats node n's storage.
+// formatArgv is the command line that formats node n's storage: one node
+// is the whole quorum (--standalone); in a cluster every controller is
+// formatted with the same --initial-controllers, each voter's id, address
+// and directory id, and a broker-only node with --no-initial-controllers.
 func formatArgv(k *KafkaState, n Broker) []string {
 	args := append([]string{k.Java}, jvmArgs(k, filepath.Join(n.Logs, "format"))...)
 	args = append(args, "kafka.tools.StorageTool", "format", "-t", k.ClusterID, "-c", n.Config)
@@ -155,9 +177,19 @@ func formatArgv(k *KafkaState, n Broker) []string {
 		// the format instead of starting without share groups.
 		args = append(args, "--feature", fmt.Sprintf("share.version=%d", v))
 	}
-	// One controller: it is the whole quorum. A cluster of several needs
-	// --initial-controllers instead.
-	return append(args, "--standalone")
+	if len(k.Nodes) <= 1 {
+		return append(args, "--standalone")
+	}
+	if !hasRole(n, "controller") {
+		return append(args, "--no-initial-controllers")
+	}
+	var voters []string
+	for _, o := range k.Nodes {
+		if hasRole(o, "controller") {
+			voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d:%s", o.ID, o.ControllerPort, o.DirID))
+		}
+	}
+	return append(args, "--initial-controllers", strings.Join(voters, ","))
 }
 
 // newClusterID returns a cluster id as kafka-storage random-uuid makes

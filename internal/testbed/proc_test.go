@@ -26,8 +26,17 @@ func fakeServer(t *testing.T, sigfile string, ignoreTerm bool, argv ...string) i
 	if ignoreTerm {
 		script = `trap '' TERM; echo ready; while :; do sleep 0.05; done`
 	}
+	return startSh(t, script, []string{"SIGFILE=" + sigfile}, argv...)
+}
+
+// startSh starts sh -c script with argv after the script and env added to
+// the environment, in a process group of its own, and returns once the
+// script has written "ready" on its stdout. It is SIGKILLed, as a group, at
+// the test's end.
+func startSh(t *testing.T, script string, env []string, argv ...string) int {
+	t.Helper()
 	cmd := exec.Command("sh", append([]string{"-c", script}, argv...)...)
-	cmd.Env = append(os.Environ(), "SIGFILE="+sigfile)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/base64"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -132,6 +133,18 @@ func TestServerPropertiesCluster(t *testing.T) {
 		if p["controller.quorum.bootstrap.servers"] != "127.0.0.1:101,127.0.0.1:103,127.0.0.1:105" {
 			t.Errorf("node %d: quorum %q", n.ID, p["controller.quorum.bootstrap.servers"])
 		}
+		// Three replicas, two in sync: for created topics and the
+		// internal ones.
+		for k, v := range map[string]string{
+			"default.replication.factor": "3", "min.insync.replicas": "2",
+			"offsets.topic.replication.factor": "3", "transaction.state.log.replication.factor": "3",
+			"transaction.state.log.min.isr": "2", "share.coordinator.state.topic.replication.factor": "3",
+			"share.coordinator.state.topic.min.isr": "2",
+		} {
+			if p[k] != v {
+				t.Errorf("node %d: %s = %q, want %s", n.ID, k, p[k], v)
+			}
+		}
 		if p["node.id"] != strconv.Itoa(int(n.ID)) || p["log.dirs"] != n.Data || !strings.HasPrefix(p["listeners"], "PLAINTEXT://127.0.0.1:"+strconv.Itoa(n.Port)+",") {
 			t.Errorf("node %d: %v", n.ID, p)
 		}
@@ -141,6 +154,77 @@ func TestServerPropertiesCluster(t *testing.T) {
 	p := properties(t, testbed.ServerProperties("4.4.0", b, append(nodes, b)))
 	if p["listeners"] != "PLAINTEXT://127.0.0.1:200" || strings.Contains(p["controller.quorum.bootstrap.servers"], ":201") {
 		t.Errorf("broker-only node: %v", p)
+	}
+	// Two brokers: two replicas, one in sync.
+	p = properties(t, testbed.ServerProperties("4.4.0", nodes[0], nodes[:2]))
+	if p["default.replication.factor"] != "2" || p["min.insync.replicas"] != "1" || p["transaction.state.log.min.isr"] != "1" {
+		t.Errorf("two nodes: replication %q, min.insync.replicas %q", p["default.replication.factor"], p["min.insync.replicas"])
+	}
+}
+
+// TestFormatCluster: every controller of a cluster is formatted with the
+// same --initial-controllers (each voter's id, controller address and
+// directory id), a broker-only node with --no-initial-controllers, and
+// none with --standalone, which would make each node a quorum of its own.
+func TestFormatCluster(t *testing.T) {
+	var nodes []testbed.Broker
+	for i := range 3 {
+		nodes = append(nodes, testbed.Broker{ID: int32(i + 1), Roles: []string{"broker", "controller"},
+			ControllerPort: 101 + 10*i, DirID: "dir" + strconv.Itoa(i+1), Config: "/c" + strconv.Itoa(i+1)})
+	}
+	k := &testbed.KafkaState{Version: "4.4.0", ClusterID: "id", Java: "java", Nodes: nodes}
+	want := "1@127.0.0.1:101:dir1,2@127.0.0.1:111:dir2,3@127.0.0.1:121:dir3"
+	for _, n := range nodes {
+		f := testbed.FormatArgv(k, n)
+		i := slices.Index(f, "--initial-controllers")
+		if i < 0 || i+1 == len(f) || f[i+1] != want || slices.Contains(f, "--standalone") {
+			t.Errorf("node %d: format argv %q, want --initial-controllers %s and no --standalone", n.ID, f, want)
+		}
+	}
+	b := testbed.Broker{ID: 4, Roles: []string{"broker"}}
+	k.Nodes = append(k.Nodes, b)
+	if f := testbed.FormatArgv(k, b); !slices.Contains(f, "--no-initial-controllers") || slices.Contains(f, "--standalone") {
+		t.Errorf("broker-only node: format argv %q", f)
+	}
+}
+
+// TestPlanNodes: node N's ports are the first node's plus
+// NodePortStep*(N-1), each controller gets a directory id of its own, and
+// a layout whose ports collide (with each other or PostgreSQL) or leave
+// the port range is refused, naming the ports.
+func TestPlanNodes(t *testing.T) {
+	ns, err := testbed.PlanNodes("/bed", testbed.NewPorts(52100, 52101, 52432), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	ids := map[string]bool{}
+	for _, n := range ns {
+		got = append(got, fmt.Sprintf("%d:%d/%d:%s", n.ID, n.Port, n.ControllerPort, n.Config))
+		if n.DirID == "" || ids[n.DirID] {
+			t.Errorf("node %d: directory id %q (empty or not unique)", n.ID, n.DirID)
+		}
+		ids[n.DirID] = true
+	}
+	want := []string{"1:52100/52101:/bed/kafka/node-1/server.properties", "2:52110/52111:/bed/kafka/node-2/server.properties",
+		"3:52120/52121:/bed/kafka/node-3/server.properties"}
+	if !slices.Equal(got, want) {
+		t.Errorf("nodes %q, want %q", got, want)
+	}
+	if one, err := testbed.PlanNodes("/bed", testbed.NewPorts(52100, 52101, 52432), 1); err != nil || len(one) != 1 || one[0].DirID != "" {
+		t.Errorf("one node: %+v, %v; want one node without a directory id (--standalone)", one, err)
+	}
+	for _, c := range []struct {
+		p    testbed.Ports
+		want string
+	}{
+		{testbed.NewPorts(52100, 52110, 52432), "Kafka node 1's controller and Kafka node 2 would both listen on port 52110"},
+		{testbed.NewPorts(52100, 52101, 52120), "PostgreSQL and Kafka node 3 would both listen on port 52120"},
+		{testbed.NewPorts(65520, 65521, 52432), "Kafka node 3 would listen on port 65540"},
+	} {
+		if _, err := testbed.PlanNodes("/bed", c.p, 3); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ports %v: err %v, want it to say %q", c.p, err, c.want)
+		}
 	}
 }
 

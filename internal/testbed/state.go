@@ -27,7 +27,7 @@ type State struct {
 }
 
 // KafkaState is the Kafka cluster of a bed: one release, one cluster id,
-// one or more nodes (one today; the layout holds a cluster).
+// one or more nodes (one by default; KafkaNodes in Config).
 type KafkaState struct {
 	Version   string   `json:"version"`
 	ClusterID string   `json:"cluster_id"`
@@ -49,7 +49,13 @@ type Broker struct {
 	Config         string   `json:"config"` // server.properties; its path is in the JVM's command line
 	Data           string   `json:"data"`   // log.dirs and the KRaft metadata
 	Logs           string   `json:"logs"`   // server.log, kafka.out, format.out
-	PID            int      `json:"pid"`
+	// DirID is the directory id of a controller of a cluster, given to the
+	// format's --initial-controllers; empty for one node (--standalone).
+	DirID string `json:"dir_id,omitempty"`
+	PID   int    `json:"pid"`
+	// Paused: Pause stopped the JVM with SIGSTOP and Resume has not yet
+	// continued it.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // Addr is the broker's client address.

@@ -57,7 +57,7 @@ func (s Status) Lines() []string {
 		case v.PID <= 0:
 			lines = append(lines, v.Name+": not running"+v.Note)
 		case v.Err != nil:
-			lines = append(lines, fmt.Sprintf("%s: running (pid %d) but NOT answering on %s (%v); log: %s", v.Name, v.PID, v.Addr, v.Err, v.Log))
+			lines = append(lines, fmt.Sprintf("%s: running (pid %d) but NOT answering on %s (%v); log: %s%s", v.Name, v.PID, v.Addr, v.Err, v.Log, v.Note))
 		default:
 			l := fmt.Sprintf("%s: running (pid %d), serving on %s", v.Name, v.PID, v.Addr)
 			if v.Data != "" {
@@ -114,6 +114,9 @@ func (b *Bed) Status(ctx context.Context) (Status, error) {
 					answer, checked = kafkaAnswers(ctx, st), true
 				}
 				v.Err = answer
+				if n.Paused {
+					v.Note = fmt.Sprintf("; PAUSED (SIGSTOP): scripts/testbed resume %s", Service{Kind: Kafka, Node: n.ID})
+				}
 			}
 			s.Servers = append(s.Servers, v)
 		}

@@ -644,7 +644,7 @@ func (b *batcher) runOnce(ctx context.Context, sc *schema, batch []*item, epoch 
 	savepoints := s.cfg.batch > 1
 	sp := 0
 	for _, it := range live {
-		if !rows.take(it.rec.Offset) {
+		if s.replayed(&rows, it.rec.Offset) {
 			it.replay = true
 			continue
 		}

@@ -155,7 +155,7 @@ func (b *batcher) runBatch(ctx context.Context, sc *schema, batch []*item, epoch
 	}
 	fresh := make([]*item, 0, len(live))
 	for _, it := range live {
-		if !rows.take(it.rec.Offset) {
+		if s.replayed(&rows, it.rec.Offset) {
 			it.replay = true
 			continue
 		}

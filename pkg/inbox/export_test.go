@@ -56,3 +56,13 @@ func BatchHandler(s *Store, apply func(recs []runner.Record) []error) (h runner.
 		return len(b.parts)
 	}
 }
+
+// ReplayProtected reports whether s skips replays (false only with
+// UnsafeNoReplayProtection in a tidemark_unsafe build).
+var ReplayProtected = (*Store).replayProtected
+
+// AppliedFilter returns the Applied filter s's assign hook returns for a
+// partition with the applied offsets offs and the applied mark below.
+func AppliedFilter(s *Store, tp runner.TP, offs []int64, below int64) runner.Applied {
+	return s.filter(tp, newOffsetSet(offs), len(offs), below)
+}

@@ -79,6 +79,20 @@ func (s *Store) Handler(fn Effect) runner.Handler {
 	return newBatcher(s, fn).handle
 }
 
+// replayed reports whether a record at off of a batch whose claim
+// inserted rows is a replay: its row was not among them (and it takes off
+// out of rows). Without replay protection — UnsafeNoReplayProtection, a
+// test hook of tidemark_unsafe builds — nothing is a replay and every
+// record's effect runs; in any other build unsafeBuild is the constant
+// false and this is rows.take.
+func (s *Store) replayed(rows *claimed, off int64) bool {
+	return !rows.take(off) && s.replayProtected()
+}
+
+// replayProtected is false only for a Store given UnsafeNoReplayProtection
+// in a tidemark_unsafe build.
+func (s *Store) replayProtected() bool { return !(unsafeBuild && s.cfg.noReplayProtection) }
+
 // maxRetakes bounds how often one handler call takes its lease back (see
 // Owners) before it gives up with the FencedError: a lease that keeps
 // moving means the group is rebalancing, and the next assignment decides.

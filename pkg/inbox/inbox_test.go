@@ -424,3 +424,29 @@ func TestInDoubt(t *testing.T) {
 		t.Errorf("%q does not name the record and the transaction", err)
 	}
 }
+
+// checkFilter checks the assign hook's filter of s for a partition with
+// applied offsets 5 and 6 and the applied mark 3: with protection, 1 (below
+// the mark), 5 and 6 are skipped and 4 and 7 are not; without, there is no
+// filter.
+func checkFilter(t *testing.T, s *inbox.Store, protected bool) {
+	t.Helper()
+	f := inbox.AppliedFilter(s, runner.TP{Topic: "t", Partition: 0}, []int64{5, 6}, 3)
+	if !protected {
+		if f != nil {
+			t.Error("without replay protection the assign hook returned a filter")
+		}
+		return
+	}
+	if f == nil {
+		t.Fatal("the assign hook returned no filter for a partition with applied offsets")
+	}
+	for off, want := range map[int64]bool{1: true, 4: false, 5: true, 6: true, 7: false} {
+		if got := f(off); got != want {
+			t.Errorf("filter(%d) = %v, want %v", off, got, want)
+		}
+	}
+}
+
+// quiet is a Logger option that drops the Store's log.
+var quiet = inbox.Logger(slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -174,6 +174,9 @@ func (s *Store) hookError(ctx context.Context, sc *schema, tps []runner.TP, err 
 // committed offsets were deleted or expired, or reset — and its records
 // below the mark are skipped as replays, not applied again.
 func (s *Store) filter(tp runner.TP, set *offsetSet, loaded int, below int64) runner.Applied {
+	if !s.replayProtected() {
+		return nil // UnsafeNoReplayProtection: nothing is skipped
+	}
 	if below <= 0 {
 		if loaded == 0 {
 			return nil

@@ -33,7 +33,11 @@ type config struct {
 	migrateTo      int
 	logger         *slog.Logger
 	meterProvider  metric.MeterProvider
-	errs           []*ConfigError // from the options themselves; the first is reported
+	// noReplayProtection is set only by UnsafeNoReplayProtection, which
+	// exists only in a tidemark_unsafe build; read it through
+	// Store.replayProtected.
+	noReplayProtection bool
+	errs               []*ConfigError // from the options themselves; the first is reported
 }
 
 // Defaults the options document.

@@ -128,7 +128,7 @@ func (b *batcher) runQueued(ctx context.Context, sc *schema, batch []*item, epoc
 	var pending []queuedRecord
 	callbacks := false
 	for _, it := range live {
-		if !rows.take(it.rec.Offset) {
+		if s.replayed(&rows, it.rec.Offset) {
 			it.replay = true
 			continue
 		}

@@ -89,6 +89,9 @@ func New(pool *pgxpool.Pool, group string, opts ...Option) (*Store, error) {
 	}
 	s.tel = tel
 	s.leases.Store(&map[runner.TP]lease{})
+	if !s.replayProtected() {
+		s.log.Warn("inbox: REPLAY PROTECTION OFF (UnsafeNoReplayProtection, a test hook of a tidemark_unsafe build): replayed records are applied again")
+	}
 	return s, nil
 }
 

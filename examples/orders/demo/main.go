@@ -4,6 +4,13 @@
 // and then checks the result against the topic: every order applied once,
 // per-customer totals equal to a recomputation from the topic, no
 // duplicates. It prints a summary and exits non-zero if a check fails.
+//
+// The instances run the strict effect (orders -effect strict): it is not
+// idempotent by itself — every application appends a row to the
+// applications table and adds to the totals — so the duplicates the
+// summary counts (records with more than one application) are kept at 0
+// by the inbox alone, and the summary says how many replays the inbox
+// skipped after the SIGTERM (from the instances' /metrics).
 package main
 
 import (
@@ -22,6 +29,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/tidemark/internal/promtext"
 )
 
 func main() {
@@ -36,6 +45,7 @@ func main() {
 
 type instance struct {
 	name string
+	addr string // of its /metrics
 	cmd  *exec.Cmd
 	done chan error
 	log  *os.File
@@ -98,7 +108,7 @@ func run(n, partitions int) error {
 			return nil, err
 		}
 		cmd := exec.Command(bin, "-brokers", brokers, "-group", group, "-topic", topic,
-			"-dlq", topic+".dlq", "-http", "127.0.0.1:"+port)
+			"-dlq", topic+".dlq", "-http", "127.0.0.1:"+port, "-effect", "strict")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		// The connection string in the environment, not in argv, where
 		// every user of the machine can read its password (ps).
@@ -106,7 +116,7 @@ func run(n, partitions int) error {
 		if err := cmd.Start(); err != nil {
 			return nil, err
 		}
-		in := &instance{name: name, cmd: cmd, done: make(chan error, 1), log: logf}
+		in := &instance{name: name, addr: "127.0.0.1:" + port, cmd: cmd, done: make(chan error, 1), log: logf}
 		go func() { in.done <- cmd.Wait() }()
 		return in, nil
 	}
@@ -160,6 +170,15 @@ func run(n, partitions int) error {
 	if err := waitApplied(int64(n/2), 3*time.Minute); err != nil {
 		return err
 	}
+	// The replays counted so far, to tell those of the hand-off apart.
+	before, err := replaysOf(a, b)
+	if err != nil {
+		return err
+	}
+	bBefore, err := replaysOf(b)
+	if err != nil {
+		return err
+	}
 	code, took, err := stop(a)
 	if err != nil {
 		return err
@@ -204,6 +223,13 @@ func run(n, partitions int) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	consumeTook := time.Since(t1)
+	// Since the SIGTERM: b's counters grew by its share of the hand-off,
+	// and the restarted a counts from zero.
+	after, err := replaysOf(a, b)
+	if err != nil {
+		return err
+	}
+	handoff := after.minus(bBefore)
 	for _, in := range []*instance{a, b} {
 		code, _, err := stop(in)
 		if err != nil {
@@ -215,7 +241,7 @@ func run(n, partitions int) error {
 	}
 
 	// Checks: recompute the totals from the topic itself.
-	want, produced, err := recompute(brokers, topic, n)
+	want, produced, records, err := recompute(brokers, topic, n)
 	if err != nil {
 		return err
 	}
@@ -240,6 +266,14 @@ func run(n, partitions int) error {
 		return err
 	}
 	_ = admin.QueryRow(ctx, "SELECT count(*) FROM "+schema+".tidemark_inbox").Scan(&inboxRows)
+	// The strict effect's applications, per record: a record with more
+	// than one was applied twice, whatever the totals say.
+	var apps, appRecords, appDups int64
+	if err := admin.QueryRow(ctx, `SELECT count(*), count(DISTINCT (part, "offset")),
+		(SELECT count(*) FROM (SELECT FROM `+schema+`.applications GROUP BY part, "offset" HAVING count(*) > 1) d)
+		FROM `+schema+`.applications`).Scan(&apps, &appRecords, &appDups); err != nil {
+		return fmt.Errorf("counting the applications: %w", err)
+	}
 	mismatch := 0
 	for c, w := range want {
 		if got[c] != w {
@@ -251,7 +285,10 @@ func run(n, partitions int) error {
 	fmt.Printf("  produced              %d orders (%d read back from the topic)\n", n, produced)
 	fmt.Printf("  applied               %d orders, %d inbox rows\n", orders, inboxRows)
 	fmt.Printf("  customer totals       %d customers, %d mismatches against a recomputation from the topic\n", len(want), mismatch)
-	fmt.Printf("  duplicates            %d (orders counted in totals minus orders produced)\n", sumOrders-int64(produced))
+	fmt.Printf("  applications          %d for %d records (strict effect: one row per application)\n", apps, appRecords)
+	fmt.Printf("  duplicates            %d records applied more than once, %d never applied\n", appDups, int64(records)-appRecords)
+	fmt.Printf("  replays skipped       %d after the SIGTERM (hand-off and restart): %d found their inbox row, %d skipped by the assign hook's applied offsets; %d before it\n",
+		handoff.total(), handoff.found, handoff.skipped, before.total())
 	fmt.Printf("  consume time          %s (two instances, one stopped with SIGTERM and restarted)\n", consumeTook.Round(time.Millisecond))
 	fmt.Printf("  total                 %s\n", time.Since(began).Round(time.Millisecond))
 	switch {
@@ -261,18 +298,23 @@ func run(n, partitions int) error {
 		return fmt.Errorf("%d customers' totals differ from the topic", mismatch)
 	case sumOrders != int64(produced):
 		return fmt.Errorf("totals count %d orders, %d produced: duplicates or losses", sumOrders, produced)
+	case appDups > 0:
+		return fmt.Errorf("%d records applied more than once (%d applications)", appDups, apps)
+	case appRecords != int64(records):
+		return fmt.Errorf("%d of %d records applied", appRecords, records)
 	}
 	fmt.Printf("  result                OK: every order applied exactly once\n")
 	ok = true
 	return nil
 }
 
-// recompute reads the whole topic and sums orders and amounts per customer.
-func recompute(brokers, topic string, n int) (map[string][2]int64, int, error) {
+// recompute reads the whole topic and sums orders and amounts per customer;
+// it returns the sums, the number of distinct orders and of records read.
+func recompute(brokers, topic string, n int) (map[string][2]int64, int, int, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -283,7 +325,7 @@ func recompute(brokers, topic string, n int) (map[string][2]int64, int, error) {
 	for read < n {
 		fs := cl.PollFetches(ctx)
 		if err := fs.Err0(); err != nil {
-			return nil, 0, fmt.Errorf("reading %s back: %w", topic, err)
+			return nil, 0, 0, fmt.Errorf("reading %s back: %w", topic, err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			read++
@@ -300,5 +342,29 @@ func recompute(brokers, topic string, n int) (map[string][2]int64, int, error) {
 			out[o.Customer] = [2]int64{t[0] + 1, t[1] + o.AmountCents}
 		})
 	}
-	return out, len(seen), nil
+	return out, len(seen), read, nil
+}
+
+// replays are an instance's counts of records not applied again: found,
+// the inbox's (tidemark.inbox.replays: the record's inbox row was there),
+// and skipped, the runner's (tidemark.records.replay_skipped: the offsets
+// the inbox's assign hook loaded said it was applied).
+type replays struct{ found, skipped int64 }
+
+func (r replays) total() int64 { return r.found + r.skipped }
+
+func (r replays) minus(o replays) replays { return replays{r.found - o.found, r.skipped - o.skipped} }
+
+// replaysOf sums the replays the instances' /metrics report.
+func replaysOf(ins ...*instance) (replays, error) {
+	var r replays
+	for _, in := range ins {
+		m, err := promtext.Scrape(context.Background(), in.addr)
+		if err != nil {
+			return r, fmt.Errorf("instance %s: %w", in.name, err)
+		}
+		r.found += int64(m["tidemark_inbox_replays_total"])
+		r.skipped += int64(m["tidemark_records_replay_skipped_total"])
+	}
+	return r, nil
 }

@@ -13,9 +13,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tidemark/tidemark/internal/kgocontact"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/internal/args"
-	"github.com/tidemark/tidemark/pkg/source/internal/kgocontact"
 )
 
 // Source is a runner.Source and runner.DeadLetterWriter over one franz-go

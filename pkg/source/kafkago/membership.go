@@ -11,8 +11,8 @@ import (
 
 	kafka "github.com/segmentio/kafka-go"
 
+	"github.com/tidemark/tidemark/internal/kgocontact"
 	"github.com/tidemark/tidemark/pkg/runner"
-	"github.com/tidemark/tidemark/pkg/source/internal/kgocontact"
 )
 
 // Membership returns the member's view of the group (runner.Membership):

@@ -8,8 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tidemark/tidemark/internal/kgocontact"
 	"github.com/tidemark/tidemark/pkg/runner"
-	"github.com/tidemark/tidemark/pkg/source/internal/kgocontact"
 )
 
 // Membership returns the source's view of its share group

@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tidemark/tidemark/pkg/source/internal/kgocontact"
+	"github.com/tidemark/tidemark/internal/kgocontact"
 )
 
 // TestContact: only answers to coordinator requests count as contact; any

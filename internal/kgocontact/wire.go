@@ -21,6 +21,12 @@ type Answer struct {
 	// Epoch is the member epoch of a ConsumerGroupHeartbeat or
 	// ShareGroupHeartbeat answer, -1 for any other.
 	Epoch int32
+	// PartErr is the first per-partition error of an OffsetCommit answer,
+	// group-level or not (Err has only the group-level ones), nil if none.
+	PartErr error
+	// Decoded reports whether the response could be decoded; when it
+	// could not, Err and PartErr say nothing.
+	Decoded bool
 }
 
 // Refused reports whether the answer is the coordinator declining the
@@ -212,6 +218,7 @@ func (c *wireConn) answered(key, ver int16, frame []byte) {
 	if resp.ReadFrom(body) != nil {
 		return
 	}
+	a.Decoded = true
 	code := int16(0)
 	switch r := resp.(type) {
 	case *kmsg.JoinGroupResponse:
@@ -228,6 +235,7 @@ func (c *wireConn) answered(key, ver int16, frame []byte) {
 		code, a.Epoch = r.ErrorCode, r.MemberEpoch
 	case *kmsg.OffsetCommitResponse:
 		code = firstGroupLevel(r)
+		a.PartErr = firstPartitionError(r)
 	case *kmsg.OffsetFetchResponse:
 		// Before v2 there is no top-level code: the broker puts a group
 		// error on each partition, as OffsetCommit's answer does.
@@ -246,6 +254,19 @@ func (c *wireConn) answered(key, ver int16, frame []byte) {
 		}
 	}
 	a.Err = kerr.ErrorForCode(code)
+}
+
+// firstPartitionError returns the first error of an OffsetCommit answer's
+// partitions, nil if none.
+func firstPartitionError(r *kmsg.OffsetCommitResponse) error {
+	for _, t := range r.Topics {
+		for _, p := range t.Partitions {
+			if p.ErrorCode != 0 {
+				return kerr.ErrorForCode(p.ErrorCode)
+			}
+		}
+	}
+	return nil
 }
 
 // firstGroupLevel returns the first group-level error code of an

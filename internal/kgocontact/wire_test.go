@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tidemark/tidemark/pkg/source/internal/kgocontact"
+	"github.com/tidemark/tidemark/internal/kgocontact"
 )
 
 // pipeConn is a net.Conn that keeps what is written and reads what the
@@ -87,23 +87,34 @@ func TestWatchConn(t *testing.T) {
 	part.ErrorCode = kerr.NotCoordinator.Code
 	topic.Partitions = append(topic.Partitions, part)
 	ocr.Topics = append(ocr.Topics, topic)
+	// A partition's own error, not the group's: not Err, but PartErr.
+	ocrPart := oc.ResponseKind().(*kmsg.OffsetCommitResponse)
+	ocrPart.SetVersion(8)
+	ptopic := kmsg.NewOffsetCommitResponseTopic()
+	ptopic.Topic = "t"
+	ok, tooLarge := kmsg.NewOffsetCommitResponseTopicPartition(), kmsg.NewOffsetCommitResponseTopicPartition()
+	tooLarge.Partition, tooLarge.ErrorCode = 1, kerr.OffsetMetadataTooLarge.Code
+	ptopic.Partitions = append(ptopic.Partitions, ok, tooLarge)
+	ocrPart.Topics = append(ocrPart.Topics, ptopic)
 
 	exchanges := []struct {
 		req  kmsg.Request
 		resp kmsg.Response
-	}{{fc, fcr}, {hb, hbOK}, {hb, hbRebalance}, {hbOld, hbNotCoord}, {sgh, sghRefused}, {sgh, sghOK}, {fc, fcr}, {oc, ocr}}
+	}{{fc, fcr}, {hb, hbOK}, {hb, hbRebalance}, {hbOld, hbNotCoord}, {sgh, sghRefused}, {sgh, sghOK}, {fc, fcr}, {oc, ocr}, {oc, ocrPart}}
 	want := []struct {
 		key     kmsg.Key
 		err     error
 		refused bool
 		epoch   int32
+		partErr error
 	}{
-		{kmsg.Heartbeat, nil, false, -1},
-		{kmsg.Heartbeat, kerr.RebalanceInProgress, false, -1},
-		{kmsg.Heartbeat, kerr.NotCoordinator, true, -1},
-		{kmsg.ShareGroupHeartbeat, kerr.GroupAuthorizationFailed, true, 0},
-		{kmsg.ShareGroupHeartbeat, nil, false, 3},
-		{kmsg.OffsetCommit, kerr.NotCoordinator, true, -1},
+		{kmsg.Heartbeat, nil, false, -1, nil},
+		{kmsg.Heartbeat, kerr.RebalanceInProgress, false, -1, nil},
+		{kmsg.Heartbeat, kerr.NotCoordinator, true, -1, nil},
+		{kmsg.ShareGroupHeartbeat, kerr.GroupAuthorizationFailed, true, 0, nil},
+		{kmsg.ShareGroupHeartbeat, nil, false, 3, nil},
+		{kmsg.OffsetCommit, kerr.NotCoordinator, true, -1, kerr.NotCoordinator},
+		{kmsg.OffsetCommit, nil, false, -1, kerr.OffsetMetadataTooLarge},
 	}
 	for _, step := range []int{1, 3, 1 << 20} {
 		var got []kgocontact.Answer
@@ -130,8 +141,9 @@ func TestWatchConn(t *testing.T) {
 		}
 		for i, w := range want {
 			a := got[i]
-			if kmsg.Key(a.Key) != w.key || a.Err != w.err || a.Refused() != w.refused || a.Epoch != w.epoch {
-				t.Errorf("step %d, answer %d: %v err %v refused %v epoch %d; want %v %v %v %d", step, i, kmsg.Key(a.Key), a.Err, a.Refused(), a.Epoch, w.key, w.err, w.refused, w.epoch)
+			if kmsg.Key(a.Key) != w.key || a.Err != w.err || a.Refused() != w.refused || a.Epoch != w.epoch || a.PartErr != w.partErr || !a.Decoded {
+				t.Errorf("step %d, answer %d: %v err %v refused %v epoch %d partition error %v decoded %v; want %v %v %v %d %v true",
+					step, i, kmsg.Key(a.Key), a.Err, a.Refused(), a.Epoch, a.PartErr, a.Decoded, w.key, w.err, w.refused, w.epoch, w.partErr)
 			}
 		}
 	}

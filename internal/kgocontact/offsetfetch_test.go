@@ -6,7 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tidemark/tidemark/pkg/source/internal/kgocontact"
+	"github.com/tidemark/tidemark/internal/kgocontact"
 )
 
 // TestWatchConnOffsetFetchV1Refused: before version 2 an OffsetFetch

@@ -8,7 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tidemark/tidemark/pkg/source/internal/kgocontact"
+	"github.com/tidemark/tidemark/internal/kgocontact"
 )
 
 // fastBroker is a net.Conn whose broker answers a request as soon as its
