@@ -240,11 +240,6 @@ func TestChaos(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/orders").CombinedOutput(); err != nil {
 		t.Fatalf("go build examples/orders: %v\n%s", err, out)
 	}
-	dsn := os.Getenv("TIDEMARK_PG_DSN")
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
 	// synchronous_commit=on: the bed turns it off for speed, and then a
 	// COMMIT is acknowledged before its WAL is written, so a PostgreSQL
 	// crash (restart --kill) loses the last ~200 ms of acknowledged
@@ -259,8 +254,8 @@ func TestChaos(t *testing.T) {
 	// users to set: a frozen consumer's open transaction (and the inbox
 	// rows it claimed) is rolled back after 3 s instead of holding its keys
 	// until the process wakes.
-	svcDSN := dsn + sep + "search_path=" + schema + "&synchronous_commit=on&idle_in_transaction_session_timeout=3000"
-	// -dsn and -kafka-dial come from fleet.network: each consumer's own
+	svcDSN := serviceDSN(schema, "synchronous_commit=on", "idle_in_transaction_session_timeout=3000")
+	// The DSN and -kafka-dial come from fleet.network: each consumer's own
 	// proxies.
 	args := []string{"-brokers", strings.Join(brokers, ","), "-group", group, "-topic", topic,
 		"-dlq", dlq, "-http", "127.0.0.1:0", "-concurrency", "32", "-session-timeout", sessionTimeout.String(),
@@ -744,6 +739,17 @@ func produce(runCtx, ctx context.Context, brokers []string, topic string, first,
 		return fmt.Errorf("flush: %w", err)
 	}
 	return nil
+}
+
+// serviceDSN is TIDEMARK_PG_DSN with the run's schema as search_path and
+// the session settings (name=value) added.
+func serviceDSN(schema string, settings ...string) string {
+	dsn := os.Getenv("TIDEMARK_PG_DSN")
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	return dsn + sep + strings.Join(append([]string{"search_path=" + schema}, settings...), "&")
 }
 
 // openBed returns the project's test bed (internal/testbed, as

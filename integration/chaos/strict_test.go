@@ -92,14 +92,9 @@ func strictRun(t *testing.T, tags string, off bool) {
 	if out, err := exec.Command("go", append(build, "../../examples/orders")...).CombinedOutput(); err != nil {
 		t.Fatalf("go %s: %v\n%s", strings.Join(build, " "), err, out)
 	}
-	dsn := os.Getenv("TIDEMARK_PG_DSN")
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
 	// synchronous_commit=on as in TestChaos: a COMMIT acknowledged is on
 	// disk.
-	svcDSN := dsn + sep + "search_path=" + schema + "&synchronous_commit=on"
+	svcDSN := serviceDSN(schema, "synchronous_commit=on")
 	// The DSN in the environment, not in argv, which every user of the
 	// machine can read.
 	args := []string{"-brokers", strings.Join(brokers, ","), "-group", group, "-topic", topic,
