@@ -6,11 +6,14 @@ package share_test
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/share"
@@ -43,11 +46,23 @@ func (h signalHandler) WithGroup(string) slog.Handler      { return h }
 // count 2. Every shutdown raised the counts of up to Sessions ×
 // MaxPollRecords records toward share.delivery.count.limit, where the
 // broker archives them unrun.
+//
+// What the source cannot prevent is told apart by the client's hooks:
+// franz-go, in its strict-pull mode, can start one more fetch as a poll
+// takes its buffered records (the poll is still active), and that fetch
+// acquires up to MaxPollRecords records that no poll ever returns; the
+// client releases them at Close (seen under load: 8-11 bumped with no
+// poll after the stop). Those are buffered, never polled, and allowed, at
+// most one fetch per session; a record that a poll returned and the first
+// member then released without running it is the bug.
 func TestShutdownAcquiresNothingAfterStop(t *testing.T) {
 	const topic, group, n = "t", "g", 40
 	c := fake(t, topic, 1, n)
 	c.SetGroupConfigs(group, map[string]string{"share.auto.offset.reset": "earliest"})
-	src, err := share.New(c.ListenAddrs(), group, []string{topic}, share.Sessions(2), share.MaxPollRecords(4))
+	const sessions, maxPoll = 2, 4
+	fh := &fetchHooks{buffered: map[int64]bool{}, polled: map[int64]bool{}}
+	src, err := share.New(c.ListenAddrs(), group, []string{topic}, share.Sessions(sessions), share.MaxPollRecords(maxPoll),
+		share.ClientOptions(kgo.WithHooks(fh)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +89,21 @@ func TestShutdownAcquiresNothingAfterStop(t *testing.T) {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- r.Run(context.Background()) }()
-	waitFor(t, "records 0 and 4 running", func() bool { mu.Lock(); defer mu.Unlock(); return seen[0] && seen[4] })
+	// Every record polled before the stop but 0 and 4 handled: a record
+	// still queued at a stop is released unrun, as it should be.
+	waitFor(t, "records 0 and 4 running, the others polled so far handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if !seen[0] || !seen[4] {
+			return false
+		}
+		for off := range fh.polledNow() {
+			if !seen[off] {
+				return false
+			}
+		}
+		return true
+	})
 	shut := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -94,16 +123,62 @@ func TestShutdownAcquiresNothingAfterStop(t *testing.T) {
 	ran := len(seen)
 	mu.Unlock()
 	counts := nextMember(t, c, group, topic, n-ran+1) // 4 comes back
+	ahead := fh.fetchedAhead()
+	if len(ahead) > sessions*maxPoll {
+		t.Errorf("%d records fetched ahead and never polled (%v), want at most one fetch per session (%d)", len(ahead), ahead, sessions*maxPoll)
+	}
 	var bumped []int64
 	for off, dc := range counts {
-		if dc != 1 && off != 4 { // 4 was running: released, legitimately
+		if dc != 1 && off != 4 && !slices.Contains(ahead, off) { // 4 was running: released, legitimately
 			bumped = append(bumped, off)
 		}
 	}
 	slices.Sort(bumped)
 	if len(bumped) > 0 {
-		t.Errorf("records acquired and released by the first member after its shutdown began, never run there: %v at delivery count 2 on the next member, want every one at 1", bumped)
+		t.Errorf("records polled by the first member and released unrun after its shutdown began: %v at delivery count 2 on the next member, want every one at 1 (fetched ahead, never polled, allowed: %v)", bumped, ahead)
 	}
+}
+
+// fetchHooks notes the offsets a client buffered (fetched, acquired) and
+// those a poll returned.
+type fetchHooks struct {
+	mu       sync.Mutex
+	buffered map[int64]bool
+	polled   map[int64]bool
+}
+
+func (h *fetchHooks) OnFetchRecordBuffered(r *kgo.Record) {
+	h.mu.Lock()
+	h.buffered[r.Offset] = true
+	h.mu.Unlock()
+}
+
+func (h *fetchHooks) OnFetchRecordUnbuffered(r *kgo.Record, polled bool) {
+	if polled {
+		h.mu.Lock()
+		h.polled[r.Offset] = true
+		h.mu.Unlock()
+	}
+}
+
+func (h *fetchHooks) polledNow() map[int64]bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.polled)
+}
+
+// fetchedAhead returns the offsets buffered and never polled, sorted.
+func (h *fetchHooks) fetchedAhead() []int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []int64
+	for off := range h.buffered {
+		if !h.polled[off] {
+			out = append(out, off)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 type teeHandler struct {
