@@ -131,13 +131,14 @@ func (p *Proxy) Reset() int {
 	return len(conns)
 }
 
-// ResetAfter makes the proxy call match with each chunk of bytes it has
-// just forwarded (toTarget: sent by the client) and reset the chunk's
-// connection (as Reset does) when match returns true: a test can abort a
-// connection right after a given request reached the server, before its
-// answer. A chunk is what one read returned, usually one write of the
-// sender's. match is called from the proxy's goroutines, concurrently; nil
-// removes it.
+// ResetAfter makes the proxy call match with each chunk of bytes it
+// forwards (toTarget: sent by the client) and, when match returns true,
+// reset the chunk's connection (as Reset does) right after the chunk went
+// out: a test can abort a connection right after a given request reached
+// the server, before its answer. A chunk is what one read returned,
+// usually one write of the sender's. match is called from the proxy's
+// goroutines, concurrently, but before its chunk is written, so a chunk
+// that answers another is matched after it. nil removes it.
 func (p *Proxy) ResetAfter(match func(toTarget bool, b []byte) bool) {
 	p.mu.Lock()
 	p.resetOn = match
@@ -317,16 +318,20 @@ func (p *Proxy) copy(dst, src net.Conn, pp *pipe, up bool) {
 				}
 				return
 			}
+			// match sees the chunk before it goes out, so the calls for
+			// chunks that caused one another (a request, then its answer)
+			// come in that order; the reset still follows the write.
+			p.mu.Lock()
+			match := p.resetOn
+			p.mu.Unlock()
+			matched := match != nil && match(up, c.b)
 			if _, err := dst.Write(c.b); err != nil {
 				pp.close()
 				for range q {
 				}
 				return
 			}
-			p.mu.Lock()
-			match := p.resetOn
-			p.mu.Unlock()
-			if match != nil && match(up, c.b) {
+			if matched {
 				p.mu.Lock()
 				delete(p.conns, pp)
 				p.mu.Unlock()
