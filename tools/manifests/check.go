@@ -448,19 +448,22 @@ func (v envValue) known() bool { return v.set && v.fieldRef == "" && !v.secret }
 // variable that gives its default. TestOrdersFlagsAreMains checks them
 // against examples/orders/main.go.
 var OrdersFlags = map[string]string{
-	"brokers":         envBrokers,
-	"dsn":             envDSN,
-	"group":           "ORDERS_GROUP",
-	"topic":           "ORDERS_TOPIC",
-	"dlq":             "ORDERS_DLQ",
-	"http":            envHTTP,
-	"concurrency":     "ORDERS_CONCURRENCY",
-	"instance-id":     envInstance,
-	"delay":           "ORDERS_DELAY",
-	"session-timeout": envSession,
-	"mode":            "ORDERS_MODE",
-	"share-lock":      "ORDERS_SHARE_LOCK",
-	"controls":        "ORDERS_CONTROLS",
+	"brokers":          envBrokers,
+	"dsn":              envDSN,
+	"group":            "ORDERS_GROUP",
+	"topic":            "ORDERS_TOPIC",
+	"dlq":              "ORDERS_DLQ",
+	"http":             envHTTP,
+	"concurrency":      "ORDERS_CONCURRENCY",
+	"instance-id":      envInstance,
+	"delay":            "ORDERS_DELAY",
+	"session-timeout":  envSession,
+	"mode":             "ORDERS_MODE",
+	"share-lock":       "ORDERS_SHARE_LOCK",
+	"controls":         "ORDERS_CONTROLS",
+	"effect":           "ORDERS_EFFECT",
+	"kafka-dial":       "ORDERS_KAFKA_DIAL",
+	"metadata-max-age": "ORDERS_METADATA_MAX_AGE",
 }
 
 // ordersArgs parses the container's args as examples/orders does (the
