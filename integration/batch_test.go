@@ -25,6 +25,7 @@ import (
 // each key's records come in offset order, batches average well above one
 // record, and the group commits the end offsets.
 func TestFranzHandleBatch(t *testing.T) {
+	t.Parallel()
 	const n, size = 20_000, 50
 	topic, group := bed.Topic(t, 6), bed.Group(t)
 	offs := bed.Cluster(t)
@@ -115,6 +116,7 @@ func TestFranzHandleBatch(t *testing.T) {
 // effect and one inbox row, each key's effects in offset order, with
 // batches well above one record.
 func TestInboxHandleBatchHandover(t *testing.T) {
+	t.Parallel()
 	const n, partitions, keys, size = 10_000, 4, 200, 32
 	pool := inboxDB(t)
 	topic, group := bed.Topic(t, partitions), bed.Group(t)

@@ -34,6 +34,7 @@ import (
 // the commit stayed there. franz-go reads the header; its subtest shows the
 // adapters alike.
 func TestCompactedTail(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	const value = 1000 // bytes: one batch of five is larger than the fetch sizes below
 	topic := compactedTopic(t)

@@ -54,6 +54,7 @@ func adapters(brokers []string) map[string]sourcetest.Factory {
 // against both adapters on the test bed's broker, side by side: the same
 // scenarios, with each adapter's capabilities declared and checked.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	for name, f := range adapters(bed.Kafka(t)) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -69,6 +70,7 @@ func TestConformance(t *testing.T) {
 // to 2.4 seconds apart) and on until every record is handled.
 // sourcetest.RunStorm lists what it checks.
 func TestRebalanceStorm(t *testing.T) {
+	t.Parallel()
 	size := sourcetest.Storm{Records: 200_000, Partitions: 12, Keys: 5_000, Steps: 8, Every: 2 * time.Second,
 		Concurrency: 64, Latency: 5 * time.Millisecond, Within: 4 * time.Minute}
 	// One adapter at a time: two storms of 200 handlers each starve each

@@ -94,6 +94,7 @@ func dltRead(t *testing.T, topic string) []*kgo.Record {
 // failure headers dropped; the filters choose among them; --dry-run
 // lists and sends nothing; --group makes a second replay send nothing.
 func TestDLTReplayCommand(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dlt := bed.Topic(t, 2)
 	orders := bed.Topic(t, 3)
@@ -203,6 +204,7 @@ func TestDLTReplayCommand(t *testing.T) {
 // replay` republishes the six: each record has exactly one effect — the
 // four applied now, the two not again. A second replay applies nothing.
 func TestDLTRedriveExactlyOnce(t *testing.T) {
+	t.Parallel()
 	const n = 200
 	pool := inboxDB(t)
 	topic := bed.Topic(t, 3)
@@ -283,6 +285,7 @@ func dltOnce(t *testing.T, pool *pgxpool.Pool, n int) {
 // once: it must not wait for records below the log start offset that will
 // never come, until --timeout, and then fail.
 func TestDLTReplayOfExpiredDeadLetters(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dlt := bed.Topic(t, 1)
 	orders := bed.Topic(t, 1)
@@ -310,6 +313,7 @@ func TestDLTReplayOfExpiredDeadLetters(t *testing.T) {
 // TestDLTReplayUnreachableBroker: a broker that cannot be reached is an
 // error that names it, with exit status 1, well before --timeout.
 func TestDLTReplayUnreachableBroker(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	cmd := exec.Command(inboxBuildTidemark(t), "dlt", "replay", "--brokers", "127.0.0.1:1", "--timeout", "2m",
 		"--from", "x.dlt", "--to", "x")

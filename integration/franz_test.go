@@ -53,6 +53,7 @@ func franzKey(i int) string { return fmt.Sprintf("key-%03d", i%256) }
 // partitions: every record is handled exactly once, each key's records in
 // offset order, and the group commits the end offsets.
 func TestFranzConsumeAll(t *testing.T) {
+	t.Parallel()
 	const n = 20_000
 	topic, group := bed.Topic(t, 6), bed.Group(t)
 	offs := bed.Cluster(t)
@@ -89,6 +90,7 @@ func TestFranzConsumeAll(t *testing.T) {
 // (whose Close does not leave the group: the second member gets the
 // partitions when the first one's session expires).
 func TestFranzTwoMembers(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		opts func(member string) []franz.Option
@@ -165,6 +167,7 @@ func franzTwoMembers(t *testing.T, opts func(member string) []franz.Option) {
 // the end, never go back, and no commit after the loss carries its old
 // member id; the lost handlers' contexts were cancelled.
 func TestFranzLost(t *testing.T) {
+	t.Parallel()
 	const n, stuck = 2000, 20
 	topic, group := bed.Topic(t, 2), bed.Group(t)
 	offs := bed.Cluster(t)

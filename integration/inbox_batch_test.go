@@ -20,6 +20,7 @@ import (
 // transaction is aborted"), and every record of the batch failed with it,
 // again on every retry.
 func TestInboxBatchEffectSQLError(t *testing.T) {
+	t.Parallel()
 	pool := inboxDB(t)
 	s := inboxStore(t, pool, "g", inbox.Batch(8), inbox.BatchWait(1e9))
 	inboxTake(t, s, runner.TP{Topic: "t", Partition: 0}, -1)

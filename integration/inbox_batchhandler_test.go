@@ -38,6 +38,7 @@ func offsetsOf(recs []runner.Record) []int64 {
 // was applied; an effect that fails leaves nothing of the batch, and the
 // batch run again applies each record once.
 func TestInboxBatchHandler(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := inboxDB(t)
 	s := inboxStore(t, pool, "g", inbox.DedupHeader("message-id"))
@@ -107,6 +108,7 @@ func TestInboxBatchHandler(t *testing.T) {
 // and no effect, and the new owner applies the batch once; a batch after
 // the bump is fenced before its effect runs.
 func TestInboxBatchHandlerFencing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := inboxDB(t)
 	tp := runner.TP{Topic: "t", Partition: 0}
@@ -153,6 +155,7 @@ func TestInboxBatchHandlerFencing(t *testing.T) {
 // TestInboxBatchHandlerRefuses: a batch of two partitions, and a partition
 // the Store holds no lease of.
 func TestInboxBatchHandlerRefuses(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := inboxDB(t)
 	s := inboxStore(t, pool, "g")
@@ -174,6 +177,7 @@ func TestInboxBatchHandlerRefuses(t *testing.T) {
 // rolled back (no effect, no inbox row), the connection back in the pool,
 // and the batch applied once when it runs again.
 func TestInboxBatchHandlerPanic(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := inboxDB(t)
 	s := inboxStore(t, pool, "g")

@@ -49,6 +49,7 @@ func inboxCommand(t *testing.T, env []string, args ...string) (string, int) {
 // database in TIDEMARK_PG_DSN, or in libpq's PG* variables, so a password
 // need not sit in argv.
 func TestInboxMigrateWithoutADSNArgument(t *testing.T) {
+	t.Parallel()
 	u, err := url.Parse(os.Getenv("TIDEMARK_PG_DSN"))
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +76,7 @@ func TestInboxMigrateWithoutADSNArgument(t *testing.T) {
 // and exits 1; --reset --yes bumps them all, and the member that held one
 // is fenced.
 func TestInboxLeasesCommand(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := inboxDB(t)
 	schema := pool.Config().ConnConfig.RuntimeParams["search_path"]

@@ -245,6 +245,7 @@ func (p *pgCut) serve(c, s net.Conn) {
 //     transaction rolled back and returns an ordinary error (not "unknown"),
 //     and the next attempt applies the record once.
 func TestInboxCommitAnswerLost(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		batch  int

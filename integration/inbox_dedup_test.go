@@ -22,6 +22,7 @@ import (
 // reported done as a replay of it (found in review: one batch used to claim
 // both rows in one statement); it is applied in its own transaction.
 func TestInboxBatchSameDedupKeyNeverFalseReplay(t *testing.T) {
+	t.Parallel()
 	pool := inboxDB(t)
 	ctx := context.Background()
 	tp := runner.TP{Topic: "t", Partition: 0}
@@ -71,6 +72,7 @@ func TestInboxBatchSameDedupKeyNeverFalseReplay(t *testing.T) {
 // any other, in both modes, instead of failing every attempt (which under
 // runner.Block wedges their key forever).
 func TestInboxDedupAnyBytes(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("0123456789abcdef", 375) // 6,000 characters
 	values := map[string][]byte{
 		"not utf-8": {0xff, 0xfe, 0x00, 0xc3},
@@ -107,6 +109,7 @@ func TestInboxDedupAnyBytes(t *testing.T) {
 // order id on two topics a Store handles (an order and its refund, say) is
 // two events: both are applied; on one topic it is a replay.
 func TestInboxDedupKeysPerTopic(t *testing.T) {
+	t.Parallel()
 	pool := inboxDB(t)
 	ctx := context.Background()
 	s := inboxStore(t, pool, "g", inbox.DedupHeader("order-id"))

@@ -61,6 +61,7 @@ func inboxFenceLoad(t testing.TB, pool *pgxpool.Pool, s *inbox.Store, n, conc, p
 // multixact ids: the fence's lock is not a row lock. The bound leaves room
 // for other tests using the same server at the same time.
 func TestInboxFenceCreatesNoMultixacts(t *testing.T) {
+	t.Parallel()
 	const n, conc = 4000, 8
 	pool := inboxDB(t)
 	s := inboxStore(t, pool, "g")
@@ -158,6 +159,7 @@ func inboxWaitFor(t testing.TB, what string, cond func() bool) {
 //     epoch — or, under REPEATABLE READ, fails to serialize and is run
 //     again by the Store, whose claim then sees it: fenced either way.
 func TestInboxFenceCommitWindow(t *testing.T) {
+	t.Parallel()
 	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead} {
 		t.Run(string(iso), func(t *testing.T) {
 			ctx := context.Background()

@@ -112,6 +112,7 @@ func startInboxFranz(t *testing.T, log *spyLog, name, group, topic string, s *in
 // partition and no FencedError; a lease bump that did not wait, or a
 // replay filter that missed A's rows, leaves two effects for a record.
 func TestInboxHandoffRevoke(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	const n, keys, held = 600, 20, 50
 	pool := inboxDB(t)
@@ -185,6 +186,7 @@ func TestInboxHandoffRevoke(t *testing.T) {
 // effect and one inbox row, in key order. What breaking looks like is as in
 // TestInboxHandoffRevoke.
 func TestInboxHandoffLost(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	const n, keys, held = 200, 10, 50 // key-0 has offsets 0, 10, ...: 15 from 50 on
 	pool := inboxDB(t)

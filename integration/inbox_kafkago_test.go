@@ -28,6 +28,7 @@ import (
 // committed past an unfinished record, or whose new owner did not run the
 // assign hook first (lease and replay filter), fails it.
 func TestInboxKafkago(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	const n, partitions, keys = 3000, 3, 100
 	pool := inboxDB(t)

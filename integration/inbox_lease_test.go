@@ -45,6 +45,7 @@ func inboxTracedPool(t testing.TB, base *pgxpool.Pool, maxConns int32, tr pgx.Qu
 // the statements on its connection), and the filters it returns are the
 // partitions' own.
 func TestInboxAssignHookOneRoundTrip(t *testing.T) {
+	t.Parallel()
 	const partitions = 12
 	ctx := context.Background()
 	base := inboxDB(t)
@@ -153,6 +154,7 @@ func startInboxOwnerMember(t *testing.T, adapter, name, group, topic string, poo
 // first of them; with Batch, the lease was taken back but the refused
 // batch was not run again, the same.
 func TestInboxStaleBumpIsTakenBack(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, adapter string
 		opts          []inbox.Option
@@ -204,6 +206,7 @@ func TestInboxStaleBumpIsTakenBack(t *testing.T) {
 // rebalance gives it to A) applies the records produced after it, within
 // seconds, exactly once.
 func TestInboxOutageLeavesNoPartitionFenced(t *testing.T) {
+	t.Parallel()
 	const n1, n2 = 100, 200
 	ctx := context.Background()
 	pool := inboxDB(t)
@@ -254,6 +257,7 @@ func TestInboxOutageLeavesNoPartitionFenced(t *testing.T) {
 // inbox rows). It guards that property against a lease ordered by the
 // generation, which would fence such a group for good.
 func TestInboxGroupWhoseGenerationsRestarted(t *testing.T) {
+	t.Parallel()
 	for _, adapter := range []string{"franz", "franz-kip848"} {
 		t.Run(adapter, func(t *testing.T) {
 			const n = 50

@@ -59,6 +59,7 @@ func (h panickyHistogram) Record(context.Context, int64, ...metric.RecordOption)
 // effect exactly once: re-applied after the rollback, a replay after the
 // commit.
 func TestInboxBatchLeaderStops(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name      string
 		committed bool // the batch's transaction committed before the leader stopped

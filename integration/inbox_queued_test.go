@@ -57,6 +57,7 @@ func inboxApplyAll(h runner.Handler, recs []runner.Record) []error {
 // it are sent again and commit; a replay queues nothing; a lease bump
 // fences the whole batch.
 func TestInboxQueued(t *testing.T) {
+	t.Parallel()
 	for _, batch := range []int{1, 16} {
 		t.Run(fmt.Sprint("batch ", batch), func(t *testing.T) {
 			ctx := context.Background()
@@ -126,6 +127,7 @@ func TestInboxQueued(t *testing.T) {
 // statement has a callback (the COMMIT waits for the callbacks). Counted
 // with a pgx tracer, on a connection that has prepared the statements.
 func TestInboxQueuedRoundTrips(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		batch    int

@@ -137,6 +137,7 @@ func inboxEffectsOf(t *testing.T, pool *pgxpool.Pool, origin runner.Record) int6
 //     replay of its redrive;
 //   - malformed origin headers are a permanent error.
 func TestInboxRedriveRecognisesTheOrigin(t *testing.T) {
+	t.Parallel()
 	for _, m := range inboxModes {
 		t.Run(m.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -188,6 +189,7 @@ func TestInboxRedriveRecognisesTheOrigin(t *testing.T) {
 // whether the origin had been applied or not. An origin above the mark is
 // still decided.
 func TestInboxRedriveBelowTheMark(t *testing.T) {
+	t.Parallel()
 	for _, m := range inboxModes {
 		t.Run(m.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -236,6 +238,7 @@ func TestInboxRedriveBelowTheMark(t *testing.T) {
 // holds: A applies it. A redrive whose partition's lease moves to B while
 // its effect runs is fenced, leaves no origin row, and B applies it once.
 func TestInboxRedriveFencing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := inboxDB(t)
 	a := inboxStore(t, pool, "g", inbox.Owner("a"))
@@ -290,6 +293,7 @@ func TestInboxRedriveFencing(t *testing.T) {
 // an offset reset) while its redrive's transaction is open waits for it
 // and is a replay once it commits; one effect.
 func TestInboxRedriveRacesTheOrigin(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := inboxDB(t)
 	s := inboxStore(t, pool, "g")
@@ -333,6 +337,7 @@ func TestInboxRedriveRacesTheOrigin(t *testing.T) {
 // origin row — not only its own — so its retry applies it; the other
 // records of the batch commit.
 func TestInboxRedriveEffectFailsInABatch(t *testing.T) {
+	t.Parallel()
 	for _, queued := range []bool{false, true} {
 		t.Run(fmt.Sprint("queued ", queued), func(t *testing.T) {
 			ctx := context.Background()
@@ -380,6 +385,7 @@ func TestInboxRedriveEffectFailsInABatch(t *testing.T) {
 // applied at version 2 is a replay for a redrive, and one it never applied
 // is applied once. MigrateTo stops at the version asked.
 func TestInboxUpgradeFromVersion2(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := bed.PG(t)
 	if _, err := pool.Exec(ctx, inboxEffectsDDL); err != nil {
@@ -432,6 +438,7 @@ func TestInboxUpgradeFromVersion2(t *testing.T) {
 // BatchHandler's batch) apply, as beside an undecidable origin: else each
 // attempt fails them all and the policy gives up good records with it.
 func TestInboxRedriveWithAnOriginTopicPostgreSQLRefuses(t *testing.T) {
+	t.Parallel()
 	for _, m := range inboxModes {
 		t.Run(m.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -462,6 +469,7 @@ func TestInboxRedriveWithAnOriginTopicPostgreSQLRefuses(t *testing.T) {
 // effect fails, B applies the event; if A commits, B's copy is a replay.
 // Either way the event is applied once.
 func TestInboxRedriveTwiceOnTwoMembers(t *testing.T) {
+	t.Parallel()
 	for _, aFails := range []bool{false, true} {
 		t.Run(fmt.Sprintf("A fails %v", aFails), func(t *testing.T) {
 			ctx := context.Background()

@@ -57,6 +57,7 @@ func inboxDeleteGroup(t *testing.T, group string) {
 // earliest offset (both adapters): no effect is applied twice, and the
 // records below the mark are skipped as replays.
 func TestInboxRetentionRemembersWhatItPruned(t *testing.T) {
+	t.Parallel()
 	for _, adapter := range []string{"franz", "kafkago"} {
 		t.Run(adapter, func(t *testing.T) {
 			const n, partitions = 400, 2
@@ -132,6 +133,7 @@ func TestInboxRetentionRemembersWhatItPruned(t *testing.T) {
 // transaction, and the record is a replay: its effect is not committed
 // twice.
 func TestInboxPruneRacesAReplay(t *testing.T) {
+	t.Parallel()
 	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead} {
 		t.Run(string(iso), func(t *testing.T) {
 			ctx := context.Background()
@@ -242,6 +244,7 @@ func inboxRowsRead(t *testing.T, pool *pgxpool.Pool, d pgx.TraceQueryStartData) 
 // them; every later round that has nothing to delete reads a bounded
 // number of rows, not the 100,000 it keeps.
 func TestInboxPruneRoundIsBoundedByAnIndex(t *testing.T) {
+	t.Parallel()
 	const kept = 100_000
 	ctx := context.Background()
 	base := inboxDB(t)

@@ -67,6 +67,7 @@ func inboxSchemaNamed(t testing.TB, admin *pgxpool.Pool, name string) {
 // once: the migration runs in READ COMMITTED, so the replicas that waited
 // for the lock see what the first one created.
 func TestInboxMigrateUnderRepeatableRead(t *testing.T) {
+	t.Parallel()
 	for round := range 3 {
 		schema := bed.PG(t).Config().ConnConfig.RuntimeParams["search_path"]
 		pool := inboxPoolOn(t, 8, map[string]string{"search_path": schema, "default_transaction_isolation": "repeatable read"})
@@ -94,6 +95,7 @@ func TestInboxMigrateUnderRepeatableRead(t *testing.T) {
 // check_function_bodies off, the one place the body is not parsed at
 // CREATE time). In both schemas the migrated inbox fences and applies.
 func TestInboxSchemaNameCannotEndTheFenceBody(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	admin := bed.PG(t)
 	home := admin.Config().ConnConfig.RuntimeParams["search_path"]
@@ -134,6 +136,7 @@ func TestInboxSchemaNameCannotEndTheFenceBody(t *testing.T) {
 // schema before, and the records that follow on that connection are
 // claimed, fenced and counted in the Store's own tables.
 func TestInboxStatementsIgnoreTheEffectsSearchPath(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	home := inboxDB(t)
 	elsewhere := inboxDB(t) // a second, migrated inbox the session is sent to
@@ -169,6 +172,7 @@ func TestInboxStatementsIgnoreTheEffectsSearchPath(t *testing.T) {
 // take turns: while one is inside its round (blocked in its CommittedFunc)
 // the other never enters one.
 func TestInboxRetentionOneRoundPerGroup(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := inboxDB(t)
 	schema := pool.Config().ConnConfig.RuntimeParams["search_path"]
@@ -236,6 +240,7 @@ func inboxHeldCommit(ctx context.Context, s *inbox.Store, rec runner.Record, bef
 // triggers do not fire; the fence still does, so an old owner whose
 // partition was taken while it ran its effect is fenced at commit.
 func TestInboxFenceWhateverTheSession(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name   string
@@ -354,6 +359,7 @@ func inboxV1Apply(t *testing.T, pool *pgxpool.Pool, epoch, offset int64, key str
 // and one this build wrote is one for a version 1 build. A version 1
 // build's bump still fences this build's old owner.
 func TestInboxUpgradeFromVersion1(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := bed.PG(t)
 	if _, err := pool.Exec(ctx, inboxSchemaV1+"\n"+inboxEffectsDDL); err != nil {

@@ -42,6 +42,7 @@ func shareStart(t *testing.T, group, topic string) (start, lag int64) {
 // the applied mark to it. It also records how the start offset moves on
 // Kafka 4.4 (logged): it trails the acknowledged records.
 func TestInboxShareRetentionBound(t *testing.T) {
+	t.Parallel()
 	const n, held = 60, 20
 	pool := inboxDB(t)
 	topic, group := bed.Topic(t, 1), bed.Name(t, "share")
@@ -103,6 +104,7 @@ func TestInboxShareRetentionBound(t *testing.T) {
 // it. An epoch changed by hand while an effect runs fences that
 // transaction; the Store reads the new epoch and applies the record once.
 func TestInboxShareLease(t *testing.T) {
+	t.Parallel()
 	pool := inboxDB(t)
 	ctx := context.Background()
 	const members = 8

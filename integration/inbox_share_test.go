@@ -272,6 +272,7 @@ func inboxSharePartitions(t *testing.T, body func(t *testing.T, partitions int))
 // committed, as a replay (counted) if it had and its accept had not reached
 // the broker — and every effect is applied exactly once.
 func TestInboxShareKill9(t *testing.T) {
+	t.Parallel()
 	inboxSharePartitions(t, func(t *testing.T, partitions int) {
 		const n = 600
 		f := newInboxShareFleet(t, partitions, n, inboxShareSpec{Delay: 100 * time.Millisecond,
@@ -309,6 +310,7 @@ func TestInboxShareKill9(t *testing.T) {
 // records anyway, and each of those late runs finds the row: a replay,
 // counted in its Stats. Every effect is applied once.
 func TestInboxShareSIGSTOP(t *testing.T) {
+	t.Parallel()
 	inboxSharePartitions(t, func(t *testing.T, partitions int) {
 		const n = 400
 		// One session taking 16 records a poll, two workers: 14 records
@@ -346,6 +348,7 @@ func TestInboxShareSIGSTOP(t *testing.T) {
 // the broker to the group's dead-letter topic; it has no effect and no
 // inbox row. Every other record is applied exactly once.
 func TestInboxShareSIGTERMAndPoison(t *testing.T) {
+	t.Parallel()
 	inboxSharePartitions(t, func(t *testing.T, partitions int) {
 		const n, poison = 400, 137
 		dlq := brokerDLQ(t)
@@ -388,6 +391,7 @@ func TestInboxShareSIGTERMAndPoison(t *testing.T) {
 // acquired with it by a process that crashes is delivered again too, and
 // would reach the limit with it).
 func TestInboxSharePoisonCrashes(t *testing.T) {
+	t.Parallel()
 	const n, poison, limit = 60, 23, 3
 	dlq := brokerDLQ(t)
 	f := newInboxShareFleet(t, 1, n, inboxShareSpec{Sessions: 1, Poll: 1, Concurrency: 1,

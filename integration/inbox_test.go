@@ -126,6 +126,7 @@ func inboxCount(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int64
 // once, and a later Migrate is a no-op. The command `tidemark inbox
 // migrate` does the same on another schema, twice.
 func TestInboxMigrateConcurrently(t *testing.T) {
+	t.Parallel()
 	pool := bed.PG(t)
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -200,6 +201,7 @@ func inboxBuildTidemark(t testing.TB) string {
 // at start — from Check, from the assign hook, and from the command —
 // never a hang or a silent retry loop.
 func TestInboxStartErrors(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 
 	// A schema nobody migrated.
@@ -247,6 +249,7 @@ func TestInboxStartErrors(t *testing.T) {
 // both once; a replay applies nothing, does not call the effect, and
 // counts an idempotency conflict.
 func TestInboxEffectAndRowInOneTransaction(t *testing.T) {
+	t.Parallel()
 	pool := inboxDB(t)
 	ctx := context.Background()
 	s := inboxStore(t, pool, "g")
@@ -364,6 +367,7 @@ func inboxWantRoundTrips(t *testing.T, tr *pgtrace.RoundTrips, records int, want
 // statement) and one for the COMMIT. Counted with a pgx tracer, on a
 // connection that has prepared the statements.
 func TestInboxEffectRoundTrips(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		batch   int
@@ -421,6 +425,7 @@ func TestInboxEffectRoundTrips(t *testing.T) {
 // message-id at another offset is a replay; records without the header are
 // deduplicated by offset only.
 func TestInboxDedupKey(t *testing.T) {
+	t.Parallel()
 	for _, batch := range []int{1, 8} {
 		t.Run(fmt.Sprint("batch ", batch), func(t *testing.T) {
 			pool, s, h := inboxDedupStore(t, batch)
@@ -477,6 +482,7 @@ func TestInboxDedupKey(t *testing.T) {
 //   - an old-owner transaction that starts after the bump is fenced at its
 //     first statement and never runs its effect.
 func TestInboxFencing(t *testing.T) {
+	t.Parallel()
 	pool := inboxDB(t)
 	ctx := context.Background()
 	tp := runner.TP{Topic: "orders", Partition: 0}
@@ -590,6 +596,7 @@ func TestInboxFencing(t *testing.T) {
 // partition (from the start offset when known, the newest ones otherwise,
 // up to ReplayLimit) and its filter answers for exactly those.
 func TestInboxReplayFilter(t *testing.T) {
+	t.Parallel()
 	pool := inboxDB(t)
 	ctx := context.Background()
 	tp := runner.TP{Topic: "t", Partition: 0}
@@ -641,6 +648,7 @@ func TestInboxReplayFilter(t *testing.T) {
 // from the committed offsets it is given, and two of them running at once
 // prune once.
 func TestInboxRetention(t *testing.T) {
+	t.Parallel()
 	pool := inboxDB(t)
 	ctx := context.Background()
 	tp0, tp1 := runner.TP{Topic: "t", Partition: 0}, runner.TP{Topic: "t", Partition: 1}
@@ -745,6 +753,7 @@ func TestInboxRetention(t *testing.T) {
 // opposite orders) are retried inside the handler: both records of each
 // pair succeed, each effect lands once, and the retries are counted.
 func TestInboxRetries(t *testing.T) {
+	t.Parallel()
 	pool := inboxDB(t)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `CREATE TABLE counters (id int PRIMARY KEY, n int NOT NULL);
@@ -856,6 +865,7 @@ func TestInboxRetries(t *testing.T) {
 // it waits leaves without its effect; replays apply nothing; and a lease
 // bump during a batch fences the whole batch.
 func TestInboxBatch(t *testing.T) {
+	t.Parallel()
 	pool := inboxDB(t)
 	ctx := context.Background()
 	tp := runner.TP{Topic: "t", Partition: 0}
@@ -1075,6 +1085,7 @@ func inboxResetGroup(t *testing.T, group, topic string, partitions int) {
 // each key's effects are in offset order, and the group committed the end
 // offsets.
 func TestInboxEndToEnd(t *testing.T) {
+	t.Parallel()
 	const n, partitions, keys = 20_000, 6, 500
 	pool := inboxDB(t)
 	topic := bed.Topic(t, partitions)
@@ -1120,6 +1131,7 @@ func TestInboxEndToEnd(t *testing.T) {
 // assign hook's filter skips all of them), the effects are still exactly
 // once, and the group's commit reaches the end.
 func TestInboxCloseBeforeKafkaCommit(t *testing.T) {
+	t.Parallel()
 	const n, partitions = 3_000, 3
 	pool := inboxDB(t)
 	topic := bed.Topic(t, partitions)
@@ -1161,6 +1173,7 @@ func TestInboxCloseBeforeKafkaCommit(t *testing.T) {
 // record as an idempotency conflict. The times are logged for
 // docs/inbox.md.
 func TestInboxReplay(t *testing.T) {
+	t.Parallel()
 	const n, partitions = 50_000, 6
 	pool := inboxDB(t)
 	topic := bed.Topic(t, partitions)
@@ -1288,6 +1301,7 @@ func runUntilSIGTERM(t *testing.T, ctx context.Context, r *runner.Runner) {
 // effect row and one inbox row, each key's effects are in offset order, and
 // the group committed the end offsets.
 func TestInboxCrashKill9(t *testing.T) {
+	t.Parallel()
 	const n, partitions = 100_000, 6
 	pool := inboxDB(t)
 	topic := bed.Topic(t, partitions)
@@ -1390,6 +1404,7 @@ func TestInboxCrashKill9(t *testing.T) {
 // the key; B applies the held record and the rest of its key once, in
 // offset order.
 func TestInboxZombie(t *testing.T) {
+	t.Parallel()
 	const n, keys, held = 200, 10, 50 // record 50 has key-0; key-0 has 20 records
 	pool := inboxDB(t)
 	topic := bed.Topic(t, 1)
@@ -1480,6 +1495,7 @@ func TestInboxZombie(t *testing.T) {
 // has exactly one effect and the group committed the end offsets. (The
 // shared test bed's server is not stopped for real: other tests use it.)
 func TestInboxDatabaseOutage(t *testing.T) {
+	t.Parallel()
 	for _, batch := range []int{1, 16} {
 		t.Run(fmt.Sprint("batch ", batch), func(t *testing.T) { inboxOutage(t, batch) })
 	}

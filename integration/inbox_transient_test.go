@@ -29,6 +29,7 @@ import (
 //     effect always times out must still be given up;
 //   - an error PostgreSQL answered for the effect's statement is not.
 func TestInboxTransientErrors(t *testing.T) {
+	t.Parallel()
 	for _, m := range []struct {
 		batch  int
 		queued bool
@@ -122,6 +123,7 @@ func TestInboxTransientErrors(t *testing.T) {
 // marked Transient it would be retried without a count for ever, the
 // partition stuck behind a poison record that no policy can give up.
 func TestInboxEffectOutlivingTheServersTimeoutIsNotTransient(t *testing.T) {
+	t.Parallel()
 	for _, batch := range []int{1, 4} {
 		t.Run(fmt.Sprintf("batch %d", batch), func(t *testing.T) {
 			ctx := context.Background()

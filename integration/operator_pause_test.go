@@ -24,6 +24,7 @@ import (
 // through. (b, another process, consumes partition 0 while it has it: the
 // pause is a's alone, as documented.)
 func TestOperatorPauseSurvivesRebalance(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	topic := bed.Topic(t, 2)
 	group := bed.Group(t)

@@ -201,6 +201,7 @@ func (e *ordersEnv) exactlyOnce(n int) {
 // equals that partition's safe offset, the other instance takes the
 // partitions over promptly, and at the end every order is applied once.
 func TestOrdersSIGTERMMidStream(t *testing.T) {
+	t.Parallel()
 	const total, partitions = 12_000, 6
 	e := newOrdersEnv(t, partitions)
 	if err := e.produce(0, 2_000, 0); err != nil {
@@ -272,6 +273,7 @@ func TestOrdersSIGTERMMidStream(t *testing.T) {
 // the safe prefix, and the next instance replays the rest: every order
 // applied once.
 func TestOrdersDrainBudgetRunsOut(t *testing.T) {
+	t.Parallel()
 	const total, partitions = 300, 3
 	e := newOrdersEnv(t, partitions)
 	if err := e.produce(0, total, 0); err != nil {

@@ -31,6 +31,7 @@ import (
 // new owner start before the old one drained (or from the wrong offset),
 // breaks one of these.
 func TestPartitionOrderAcrossRebalance(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	const n, partitions = 8000, 4
 	topic, group := bed.Topic(t, partitions), bed.Group(t)

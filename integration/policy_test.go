@@ -50,6 +50,7 @@ func counter(t *testing.T, reader *metric.ManualReader, name string) int64 {
 // that completed the record early (fewer attempts), silently (no log line
 // or count), or not at all (the commit stuck at the record) fails it.
 func TestSkipOnBroker(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	const n, poison = 20, 7
 	topic, group := bed.Topic(t, 1), bed.Group(t)
@@ -115,6 +116,7 @@ func TestSkipOnBroker(t *testing.T) {
 // that completed the record instead of retrying it, or a commit that moved
 // past the running attempt fails it.
 func TestHandlerTimeoutOnBroker(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	const n, slow, timeout = 10, 3, 1500 * time.Millisecond
 	topic, group := bed.Topic(t, 1), bed.Group(t)

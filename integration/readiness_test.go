@@ -55,6 +55,7 @@ func runPlain(t *testing.T, src runner.Source, topic string, opts ...runner.Opti
 // with a member id, a generation and a contact: franz under the classic
 // protocol (cooperative and eager) and KIP-848, and kafkago.
 func TestIdleMemberJoined(t *testing.T) {
+	t.Parallel()
 	franzWith := func(opts ...franz.Option) func(t *testing.T, group, topic string) runner.Source {
 		return func(t *testing.T, group, topic string) runner.Source { return franzSource(t, group, topic, opts...) }
 	}
@@ -203,6 +204,7 @@ func cutAndRestore(t *testing.T, m *readyMember) (unready, ready time.Duration) 
 // cut (the shared broker keeps running: a proxy is cut), liveness stays
 // true throughout, and it is ready again once they are restored.
 func TestReadinessFollowsTheBroker(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	topic, group := bed.Topic(t, 2), bed.Group(t)
 	m := startReadyMember(t, group, topic)
@@ -216,6 +218,7 @@ func TestReadinessFollowsTheBroker(t *testing.T) {
 // connections are cut while the other stays ready, and is ready again
 // after the restore.
 func TestReadinessIdleMember(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	topic, group := bed.Topic(t, 1), bed.Group(t)
 	a := startReadyMember(t, group, topic)
@@ -238,6 +241,7 @@ func TestReadinessIdleMember(t *testing.T) {
 // TestReadinessWrongBrokerAddress: a runner pointed at a port nothing
 // listens on is never ready, and says why (franz and kafkago).
 func TestReadinessWrongBrokerAddress(t *testing.T) {
+	t.Parallel()
 	const name = "readiness-wrong-address"
 	cases := []struct {
 		name string
@@ -287,6 +291,7 @@ func TestReadinessWrongBrokerAddress(t *testing.T) {
 // (so no partition is ever reported to the runner) is ready once each of
 // its sessions was answered a heartbeat.
 func TestReadinessShareIdle(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	shareBedFeature(t)
 	topic, group := bed.Topic(t, 2), bed.Group(t)

@@ -53,6 +53,7 @@ func waitCommitted(t *testing.T, group, topic string, want map[int32]int64, with
 // its offset, the other keys of that partition go on, and once the record
 // succeeds the commit reaches the end (invariant 9).
 func TestPoisonBlocksOnlyItsKey(t *testing.T) {
+	t.Parallel()
 	const records, keys = 3000, 50
 	topic := bed.Topic(t, 3)
 	group := bed.Group(t)
@@ -117,6 +118,7 @@ func perKeyDone(mu *sync.Mutex, perKey map[string]int, keys, records int) int {
 // dead-letter topic with its headers, the error and its origin, and the
 // commit passes it only then.
 func TestPanicGoesToDeadLetter(t *testing.T) {
+	t.Parallel()
 	topic := bed.Topic(t, 1)
 	dlq := bed.Topic(t, 1)
 	group := bed.Group(t)

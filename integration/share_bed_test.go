@@ -156,6 +156,7 @@ func TestShareBedFeature(t *testing.T) { shareBedFeature(t) }
 // on 4.4 it moved to 5 only when records 5-9 were accepted after 0-4,
 // so it is not what this checks.)
 func TestShareBedConsume(t *testing.T) {
+	t.Parallel()
 	shareBedFeature(t)
 	const n, partitions = 40, 2
 	topic := bed.Topic(t, partitions)
@@ -215,6 +216,7 @@ func TestShareBedConsume(t *testing.T) {
 // refuses this config), and a record held past it without an ack is
 // delivered to another member, with delivery count 2.
 func TestShareBedLockExpiry(t *testing.T) {
+	t.Parallel()
 	shareBedFeature(t)
 	const lock = time.Second
 	topic := bed.Topic(t, 1)
@@ -248,6 +250,7 @@ func TestShareBedLockExpiry(t *testing.T) {
 // errors.deadletterqueue.group.enable=true), copied with the broker's
 // context headers; the accepted records do not.
 func TestShareBedDLQ(t *testing.T) {
+	t.Parallel()
 	shareBedFeature(t)
 	const n, reject = 5, 2
 	c := bed.Cluster(t)

@@ -194,6 +194,7 @@ func noAcceptBeforeHandled(t *testing.T, group, topic string, n int, src runner.
 // not accepted — although its session's siblings and the other sessions
 // go on — and it is accepted once, after its handler returned.
 func TestShareNoAcceptBeforeHandled(t *testing.T) {
+	t.Parallel()
 	const n = 50
 	topic, group := bed.Topic(t, 1), bed.Name(t, "share")
 	bed.Produce(t, topic, n, nil)
@@ -208,6 +209,7 @@ func TestShareNoAcceptBeforeHandled(t *testing.T) {
 // the gating exists to prevent — and asserts that the check catches it:
 // franz-go's next poll accepts the record still running.
 func TestShareNaivePollAheadAcceptsEarly(t *testing.T) {
+	t.Parallel()
 	const n = 50
 	topic, group := bed.Topic(t, 1), bed.Name(t, "share")
 	bed.Produce(t, topic, n, nil)
@@ -313,6 +315,7 @@ func setGroupConfig(ctx context.Context, cl *kgo.Client, group string, kv map[st
 // neither delivered again — to this member or to a second member of the
 // group polling meanwhile — nor accepted before the handler returns.
 func TestShareRenewLongHandler(t *testing.T) {
+	t.Parallel()
 	const n = 20
 	topic, group := bed.Topic(t, 1), bed.Name(t, "share")
 	bed.Produce(t, topic, n, nil)
@@ -360,6 +363,7 @@ func TestShareRenewLongHandler(t *testing.T) {
 // the ones that never started — instead of accepting them: another member
 // gets every one of them, with delivery count 2.
 func TestShareShutdownReleases(t *testing.T) {
+	t.Parallel()
 	noLeaks(t) // and no goroutine of either member outlives it
 	const n, held = 30, 10
 	topic, group := bed.Topic(t, 1), bed.Name(t, "share")
@@ -407,6 +411,7 @@ func TestShareShutdownReleases(t *testing.T) {
 // queue (errors.deadletterqueue.topic.name, Kafka 4.4), writes it there —
 // which an accepted record would not be.
 func TestSharePoisonRejected(t *testing.T) {
+	t.Parallel()
 	const n, poison = 10, 4
 	topic, group := bed.Topic(t, 1), bed.Name(t, "share")
 	dlq := brokerDLQ(t)
@@ -462,6 +467,7 @@ func brokerDLQ(t *testing.T) string {
 // TestSharePoisonDeadLettered: under DeadLetter the poison record is
 // written to the dead-letter topic and only then accepted.
 func TestSharePoisonDeadLettered(t *testing.T) {
+	t.Parallel()
 	const n, poison = 10, 4
 	topic, group := bed.Topic(t, 1), bed.Name(t, "share")
 	dlt := bed.Topic(t, 1)
@@ -524,6 +530,7 @@ func recordHeader(r *kgo.Record, key string) (string, bool) {
 // (Renewing by the lock alone: record 0 handled twice, delivery counts
 // [1 2], three "share ack refused" warnings.)
 func TestShareRenewKeepsConnection(t *testing.T) {
+	t.Parallel()
 	const n = 5
 	topic, group := bed.Topic(t, 1), bed.Name(t, "share")
 	bed.Produce(t, topic, n, nil)
@@ -566,6 +573,7 @@ func TestShareRenewKeepsConnection(t *testing.T) {
 // polls brought 0-5 and 8-15, and nothing more came). Ignoring the pause,
 // that session polls every other fast record at once.
 func TestShareFlowPause(t *testing.T) {
+	t.Parallel()
 	const n, poll, blocked = 40, 8, 8
 	topic, group := bed.Topic(t, 1), bed.Name(t, "share")
 	bed.Produce(t, topic, n, nil)

@@ -89,6 +89,7 @@ func (p *proc) statusDoc() (status.Doc, error) {
 // $TIDEMARK_STATUSPAGE_SCREENSHOT (scripts/statuspage -screenshot sets it
 // to docs/img/statuspage.png), else to a temporary directory.
 func TestStatusPageInChromium(t *testing.T) {
+	t.Parallel()
 	bin := chromium(t)
 	e := newOrdersEnv(t, 3)
 	if err := e.produce(0, 300, 0); err != nil {
