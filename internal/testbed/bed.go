@@ -163,6 +163,9 @@ func (b *Bed) Up(ctx context.Context) (err error) {
 		if nodes == 0 {
 			nodes = len(st.Kafka.Nodes)
 		}
+		if jit := b.cfg.KafkaJIT; kafkaRuns && jit != "" && jit != st.Kafka.jit() {
+			return fmt.Errorf("TIDEMARK_KAFKA_JIT=%s, but the bed's Kafka runs with %s: run scripts/testbed down first", jit, st.Kafka.jit())
+		}
 	}
 	if nodes == 0 {
 		nodes = 1

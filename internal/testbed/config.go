@@ -34,6 +34,17 @@ const (
 	DefaultStopTimeout = 30 * time.Second
 )
 
+// The broker JVM's compilers (Config.KafkaJIT). JITClient, the default,
+// stops HotSpot's tiered compilation at the client compiler (C1): the
+// broker starts sooner and takes about half the CPU time for the same
+// test load, which on two cores is time the tests get. Its compiled code
+// is slower at the peak, so the benchmarks, which measure against the
+// broker's peak, run it with JITTiered: C1, then C2 for the hot code.
+const (
+	JITClient = "c1"
+	JITTiered = "tiered"
+)
+
 // Config is what a bed is set up from. FromEnv fills it from the TIDEMARK_*
 // variables. A zero port means the port the running bed recorded, else the
 // default; the other zero fields mean their defaults. Up applies the
@@ -65,6 +76,10 @@ type Config struct {
 	// KafkaHeap are each broker JVM's heap flags; default DefaultKafkaHeap
 	// for one node, DefaultClusterHeap for a cluster.
 	KafkaHeap []string
+	// KafkaJIT is how the broker JVM compiles: JITClient (HotSpot's client
+	// compiler only) or JITTiered (HotSpot's default). Empty means the
+	// running bed's, else JITClient.
+	KafkaJIT string
 	// JavaHome, when set, is the JDK or JRE to run Kafka with; otherwise
 	// java on PATH.
 	JavaHome string
@@ -84,12 +99,12 @@ type Config struct {
 // as getenv reads it (os.Getenv in the command): TIDEMARK_TESTBED_DIR,
 // TIDEMARK_KAFKA_PORT, TIDEMARK_KAFKA_CONTROLLER_PORT, TIDEMARK_PG_PORT,
 // TIDEMARK_KAFKA_NODES, TIDEMARK_KAFKA_VERSION, TIDEMARK_KAFKA_HEAP,
-// TIDEMARK_KAFKA_START_TIMEOUT
+// TIDEMARK_KAFKA_JIT, TIDEMARK_KAFKA_START_TIMEOUT
 // and TIDEMARK_PG_START_TIMEOUT (seconds), TIDEMARK_PG_BIN and JAVA_HOME. A
 // value that does not parse is an error naming the variable.
 func FromEnv(root string, getenv func(string) string) (Config, error) {
 	c := Config{Root: root, Dir: getenv("TIDEMARK_TESTBED_DIR"), PGBin: getenv("TIDEMARK_PG_BIN"),
-		JavaHome: getenv("JAVA_HOME"), KafkaVersion: getenv("TIDEMARK_KAFKA_VERSION")}
+		JavaHome: getenv("JAVA_HOME"), KafkaVersion: getenv("TIDEMARK_KAFKA_VERSION"), KafkaJIT: getenv("TIDEMARK_KAFKA_JIT")}
 	var errs []error
 	for _, p := range []struct {
 		name string
@@ -140,6 +155,9 @@ func FromEnv(root string, getenv func(string) string) (Config, error) {
 	c.KafkaHeap = strings.Fields(getenv("TIDEMARK_KAFKA_HEAP"))
 	if c.KafkaVersion != "" && !versionRE.MatchString(c.KafkaVersion) {
 		errs = append(errs, fmt.Errorf("TIDEMARK_KAFKA_VERSION=%q is not a Kafka release such as 4.4.0", c.KafkaVersion))
+	}
+	if c.KafkaJIT != "" && c.KafkaJIT != JITClient && c.KafkaJIT != JITTiered {
+		errs = append(errs, fmt.Errorf("TIDEMARK_KAFKA_JIT=%q is not %s (the client compiler only) or %s (HotSpot's default)", c.KafkaJIT, JITClient, JITTiered))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err

@@ -26,6 +26,7 @@ func TestFromEnv(t *testing.T) {
 		"TIDEMARK_PG_BIN":                "/opt/pg/bin",
 		"JAVA_HOME":                      "/opt/jdk",
 		"TIDEMARK_KAFKA_NODES":           "3",
+		"TIDEMARK_KAFKA_JIT":             "tiered",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -36,8 +37,8 @@ func TestFromEnv(t *testing.T) {
 	if c.Root != want.Root || c.Dir != want.Dir || c.KafkaPort != want.KafkaPort || c.KafkaControllerPort != want.KafkaControllerPort ||
 		c.PGPort != want.PGPort || c.KafkaVersion != want.KafkaVersion || !slices.Equal(c.KafkaHeap, want.KafkaHeap) ||
 		c.JavaHome != want.JavaHome || c.PGBin != want.PGBin || c.KafkaStartTimeout != want.KafkaStartTimeout ||
-		c.PGStartTimeout != want.PGStartTimeout || c.KafkaNodes != 3 {
-		t.Fatalf("FromEnv = %+v\nwant %+v and 3 Kafka nodes", c, want)
+		c.PGStartTimeout != want.PGStartTimeout || c.KafkaNodes != 3 || c.KafkaJIT != testbed.JITTiered {
+		t.Fatalf("FromEnv = %+v\nwant %+v, 3 Kafka nodes and the tiered JIT", c, want)
 	}
 
 	// Nothing set: every field zero, so the defaults and the recorded
@@ -46,7 +47,7 @@ func TestFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.KafkaPort != 0 || c.PGPort != 0 || len(c.KafkaHeap) != 0 || c.KafkaVersion != "" || c.KafkaStartTimeout != 0 || c.KafkaNodes != 0 {
+	if c.KafkaPort != 0 || c.PGPort != 0 || len(c.KafkaHeap) != 0 || c.KafkaVersion != "" || c.KafkaStartTimeout != 0 || c.KafkaNodes != 0 || c.KafkaJIT != "" {
 		t.Fatalf("FromEnv with nothing set = %+v, want zero settings", c)
 	}
 	d, err := c.WithDefaults()
@@ -75,6 +76,7 @@ func TestFromEnvRejects(t *testing.T) {
 		{"TIDEMARK_PG_START_TIMEOUT", "0", `TIDEMARK_PG_START_TIMEOUT="0" is not a number of seconds`},
 		{"TIDEMARK_KAFKA_VERSION", "../4.1.1", `TIDEMARK_KAFKA_VERSION="../4.1.1" is not a Kafka release`},
 		{"TIDEMARK_KAFKA_NODES", "0", `TIDEMARK_KAFKA_NODES="0" is not a number of Kafka nodes (1-9)`},
+		{"TIDEMARK_KAFKA_JIT", "c2", `TIDEMARK_KAFKA_JIT="c2" is not c1 (the client compiler only) or tiered`},
 	}
 	all := map[string]string{}
 	for _, c := range cases {

@@ -88,9 +88,13 @@ func (b *Bed) planKafka(p ports, nodes int) (*KafkaState, error) {
 			}
 		}
 	}
+	jit := b.cfg.KafkaJIT
+	if jit == "" {
+		jit = JITClient
+	}
 	return &KafkaState{
 		Version: version, ClusterID: newClusterID(), Java: java, Jars: jars, Log4j: log4j, Heap: b.cfg.KafkaHeap,
-		Nodes: ns,
+		JIT: jit, Nodes: ns,
 	}, nil
 }
 

@@ -151,6 +151,9 @@ func hasRole(n Broker, role string) bool {
 // logs into logs.
 func jvmArgs(k *KafkaState, logs string) []string {
 	args := append([]string(nil), k.Heap...)
+	if k.jit() == JITClient {
+		args = append(args, "-XX:TieredStopAtLevel=1")
+	}
 	return append(args,
 		"-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError",
 		"-Djava.awt.headless=true",

@@ -243,7 +243,15 @@ func TestArgvCarriesMark(t *testing.T) {
 		"-Djava.awt.headless=true", "-Dlog4j2.configurationFile=/repo/scripts/kafka/log4j2.xml", "-Dkafka.logs.dir=/bed/kafka/node-1/logs",
 		"-cp", "/bed/jars/kafka-4.1.1/*", "kafka.Kafka", "/bed/kafka/node-1/server.properties"}
 	if !slices.Equal(argv, want) {
-		t.Fatalf("broker argv\n%q\nwant\n%q", argv, want)
+		t.Fatalf("broker argv (a state without a JIT: tiered)\n%q\nwant\n%q", argv, want)
+	}
+	for jit, flag := range map[string]bool{testbed.JITTiered: false, testbed.JITClient: true} {
+		k := *k
+		k.JIT = jit
+		argv := testbed.BrokerArgv(&k, n)
+		if slices.Contains(argv, "-XX:TieredStopAtLevel=1") != flag || !n.Mark().In(argv) {
+			t.Errorf("broker argv with JIT %s: %q; want -XX:TieredStopAtLevel=1 %v, and the mark", jit, argv, flag)
+		}
 	}
 	f := testbed.FormatArgv(k, n)
 	if n.Mark().In(f) {

@@ -35,7 +35,18 @@ type KafkaState struct {
 	Jars      string   `json:"jars"`
 	Log4j     string   `json:"log4j"`
 	Heap      []string `json:"heap"`
-	Nodes     []Broker `json:"nodes"`
+	// JIT is the JVM's compilers (Config.KafkaJIT); empty in a state
+	// written before the setting, whose brokers ran JITTiered.
+	JIT   string   `json:"jit,omitempty"`
+	Nodes []Broker `json:"nodes"`
+}
+
+// jit is the compilers the brokers run with.
+func (k *KafkaState) jit() string {
+	if k.JIT == "" {
+		return JITTiered
+	}
+	return k.JIT
 }
 
 // Broker is one Kafka node: a JVM with its own configuration, data and
