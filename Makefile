@@ -17,8 +17,13 @@ GO ?= go
 # at the root would stop at the nested modules. Narrow them while
 # iterating, e.g. make unit PKGS=./pkg/watermark/...
 PKGS ?= work
-# The modules of go.work, each checked on its own by make vet (mod-check).
+# The modules of go.work, each checked on its own by make vet (mod-check,
+# which also fails when this list and go.work's differ).
 MODULES := . cmd/tidemark-bench examples tools
+# This checkout's workspace, whatever the environment says: with GOWORK=off
+# `work` would be the library's packages alone, and the other modules'
+# tests would not run (mod-check turns it off on purpose, per module).
+export GOWORK := $(CURDIR)/go.work
 TESTBED := scripts/testbed
 # Where scripts/testbed writes the export lines (it honours TIDEMARK_TESTBED_DIR,
 # a relative one taken relative to the checkout, which is make's directory).
@@ -70,21 +75,17 @@ help:
 	@echo 'make testbed-down    scripts/testbed down'
 	@echo 'make testbed-status  scripts/testbed status'
 
-# The bed is stopped afterwards whatever happened to the tests, and the exit
-# status is that of the first failing step. A bed that was already up and
-# answering before (make testbed-up, or another shell using this checkout)
-# is left running: stopping it would pull it from under its owner.
-test: vet unit
-	@status=0; was_up=; \
-	if $(TESTBED) status >/dev/null 2>&1; then was_up=1; fi; \
-	{ $(TESTBED) up && . "$(BED_ENV)" && $(MAKE) --no-print-directory integration; } || status=$$?; \
-	if [ -n "$$was_up" ]; then \
-		echo "make test: the test bed was already running before; left running (scripts/testbed down stops it)"; \
-	else \
-		$(TESTBED) down || true; \
-	fi; \
-	if [ "$$status" -ne 0 ]; then echo "make test: FAILED (exit $$status)" >&2; fi; \
-	exit $$status
+# scripts/test runs the phases side by side where it can: vet and the unit
+# tests while the beds start, then the integration tests (in parallel,
+# under -race), the tests that run without -race, and the serial tests and
+# the chaos suite on a second bed of their own. Each phase's log and go
+# test's events go to .testbed/results; at the end it prints each phase's
+# wall time and the ten slowest tests, warns past 6 minutes and fails past
+# 12 (docs/testbed.md, "make test"). The beds it started are stopped
+# afterwards, also on failure; a bed that was up and answering before is
+# left running. The exit status is 1 when any phase failed.
+test:
+	@scripts/test all
 
 # scripts/promtool-check: promtool on deploy/prometheus's rules (check and
 # unit tests) and on the dashboard's queries; under a second once promtool
@@ -100,38 +101,28 @@ vet: mod-check
 # Each module is therefore checked alone (GOWORK=off): its go.mod must be
 # exactly what go mod tidy writes, every build tag included.
 mod-check:
+	@used=$$($(GO) list -m -f '{{.Dir}}' | sed 's|^$(CURDIR)/*||; s|^$$|.|' | sort | xargs); \
+	listed=$$(printf '%s\n' $(MODULES) | sort | xargs); \
+	[ "$$used" = "$$listed" ] || { echo "make mod-check: go.work uses [$$used], the Makefile's MODULES are [$$listed]: make them agree" >&2; exit 1; }
 	@for m in $(MODULES); do \
 		(cd "$$m" && GOWORK=off $(GO) mod tidy -diff) || \
 			{ echo "make mod-check: $$m/go.mod is not tidy: (cd $$m && GOWORK=off $(GO) mod tidy)" >&2; exit 1; }; \
 	done
 
-# The second line: the packages with a tidemark_unsafe test hook, built
-# with it (the chaos suite's proof that its duplicate check bites).
+# Every package of every module of go.work under -race (PKGS narrows it),
+# then the packages with a tidemark_unsafe test hook, built with it (the
+# chaos suite's proof that its duplicate check bites).
 unit:
-	$(GO) test -race -timeout $(UNIT_TIMEOUT) $(PKGS)
-	$(GO) test -race -timeout $(UNIT_TIMEOUT) -tags tidemark_unsafe ./pkg/inbox/ ./examples/orders/
+	@PKGS='$(PKGS)' UNIT_TIMEOUT=$(UNIT_TIMEOUT) scripts/test unit
 
 # Uses TIDEMARK_* from the environment, else .testbed/env when it exists;
-# without either the tests fail and say how to start the bed. The memory
-# bound test runs once more without -race, whose bookkeeping inflates the
-# heap: that run checks the tight bound. SERIAL_TESTS change server
-# settings of the bed or restart it, so they run after the parallel
-# packages, alone. scripts/statuspage provision installs the Chromium that
-# TestStatusPageInChromium opens the status page in (about 12 s of the
-# integration package's time).
-SERIAL_TESTS := ^(TestInboxSyncStandbyNeverAnswers|TestInboxCommitXIDReusedAfterCrash)$$
+# without either the tests fail and say how to start the bed. The phases
+# of make test on one bed: the parallel and the -race-less ones side by
+# side, then the serial tests and the chaos suite, which change or restart
+# the bed's servers, alone. scripts/statuspage provision installs the
+# Chromium that TestStatusPageInChromium opens the status page in.
 integration:
-	@if [ -z "$${TIDEMARK_KAFKA_BROKERS:-}" ] && [ -f "$(BED_ENV)" ]; then . "$(BED_ENV)"; fi; \
-	set -x; \
-	scripts/statuspage provision; \
-	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -skip '$(SERIAL_TESTS)' \
-		$$($(GO) list -tags integration $(INTEGRATION_PKGS) | grep -vx '.*/integration/chaos'); \
-	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '$(SERIAL_TESTS)' ./integration/; \
-	$(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '^(TestBoundedMemory|TestBoundedMemoryKafkago|TestFranzSourceMemory)$$' ./integration/; \
-	if [ "$(CHAOS)" != 0 ]; then \
-		TIDEMARK_CHAOS_DURATION=$${TIDEMARK_CHAOS_DURATION:-$(CHAOS_DURATION)} \
-			$(GO) test -race -count=1 -v -run '^(TestChaos|TestStrictCheckBites)$$' -timeout $(INTEGRATION_TIMEOUT) -tags integration $(CHAOS_PKG); \
-	fi
+	@CHAOS=$(CHAOS) CHAOS_DURATION=$(CHAOS_DURATION) INTEGRATION_TIMEOUT=$(INTEGRATION_TIMEOUT) scripts/test integration
 
 # The chaos suite as a soak: DURATION of faults (make soak DURATION=30m),
 # then the proof run that its duplicate check bites; with CLUSTER, the
@@ -164,12 +155,15 @@ demo: testbed-up
 	@echo 'The test bed is still running: scripts/testbed status | down'
 
 # The benchmarks of docs/performance.md: every workload against its
-# baselines in one run on the bed, the table on stdout, the report and the
+# baselines in one run on the bed (its broker with HotSpot's full JIT, as
+# in production: TIDEMARK_KAFKA_JIT=tiered; a bed already up with the
+# tests' client compiler is refused: scripts/testbed down first), the table on stdout, the report and the
 # scaling curves into docs/bench (about 10 minutes on 2 cores: 5 before
 # the partition-scaling workload, which takes 4-6). The bed is
 # left running, as by make demo. BENCH_FLAGS adds or overrides flags.
 BENCH_FLAGS ?=
-bench: testbed-up
+bench:
+	TIDEMARK_KAFKA_JIT=tiered $(TESTBED) up
 	@. "$(BED_ENV)" && time $(GO) run ./cmd/tidemark-bench -workload all -repeat 5 \
 		-json docs/bench/bench.json -plots docs/bench $(BENCH_FLAGS)
 	@echo 'The test bed is still running: scripts/testbed status | down'
