@@ -197,7 +197,8 @@ func storm(t *testing.T, f Factory, s Storm) {
 
 // revokeDrain: a second member joins while the first has a slow handler in
 // flight on every partition (partition order, so what completes is always
-// a prefix). The revoke must let them finish (within the drain budget),
+// a prefix; from the fourth record of each partition on, the first
+// member's handlers wait for its revoke to begin). The revoke must let them finish (within the drain budget),
 // commit exactly what completed, and only then let the new owner start
 // there: every record is handled exactly once across the two members (a
 // commit short of the prefix would repeat records, one past it would skip
@@ -206,6 +207,7 @@ func storm(t *testing.T, f Factory, s Storm) {
 func revokeDrain(t *testing.T, f Factory) {
 	const partitions, per = 4, 40
 	const work = 100 * time.Millisecond
+	const held0 = 3 // the first record of each partition that a holds
 	e := newEnv(t, f)
 	topic := e.c.Topic(partitions)
 	var recs []*kgo.Record
@@ -221,15 +223,30 @@ func revokeDrain(t *testing.T, f Factory) {
 	var (
 		mu             sync.Mutex
 		runningAtDrain = -1 // handlers of a running when its first revoke reached the runner
+		revoking       = make(chan struct{})
 	)
+	// a's handlers of the records after the first few of each partition
+	// stay in flight until its first revoke begins (or a minute passed),
+	// so that the revoke has handlers to drain however long the second
+	// member takes to join on a loaded machine.
+	held := func(ctx context.Context, rec runner.Record) error {
+		if rec.Offset >= held0 {
+			select {
+			case <-revoking:
+			case <-time.After(time.Minute):
+			}
+		}
+		return slow(ctx, rec)
+	}
 	order := []runner.Option{runner.Order(runner.PartitionOrder), runner.Concurrency(8)}
-	a := e.start("a", []string{topic}, l.Handler("a", slow), memberOpts{
+	a := e.start("a", []string{topic}, l.Handler("a", held), memberOpts{
 		runner: order,
 		spy: func(s *spy) {
 			s.onRevoke = func([]runner.TP) {
 				mu.Lock()
 				if runningAtDrain < 0 {
 					runningAtDrain = l.Running("a")
+					close(revoking)
 				}
 				mu.Unlock()
 			}
