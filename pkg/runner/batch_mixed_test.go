@@ -17,6 +17,7 @@ import (
 // never exceed Concurrency together, each key's records of either topic
 // complete in offset order, once, and both topics commit to their ends.
 func TestBatchAndRecordTopicsInOneRunner(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const n, conc = 300, 3
 		src := runnertest.New()

@@ -19,6 +19,7 @@ import (
 // complete in offset order, no two batches holding one key run at once,
 // and the commit reaches the end of every partition.
 func TestBatchKeyOrderUnderFailures(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

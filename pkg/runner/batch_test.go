@@ -491,6 +491,7 @@ func TestBatchErrorKeepsItsKind(t *testing.T) {
 // TestBatchTimeoutSaysSo: a batch that runs past its topic's WithTimeout
 // fails with a *TimeoutError, as a record does, and its dead letters say so.
 func TestBatchTimeoutSaysSo(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		src := runnertest.New()
 		appendN(src, 0, 2)

@@ -16,6 +16,7 @@ import (
 // record forever under DeadLetter: it counts as the default, Retryable,
 // and the record is dead-lettered after the policy's attempts.
 func TestClassifierOutOfRangeKind(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		src := runnertest.New()
 		src.Append(runner.Record{Topic: topic, Partition: 0, Offset: 0})

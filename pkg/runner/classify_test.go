@@ -44,6 +44,7 @@ func (l *letters) got() ([]string, []runner.Record) {
 // being dead-lettered, a Retryable one is dead-lettered after the policy's
 // attempts; the handler sees its attempt number each time.
 func TestErrorKinds(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		fail     func(n int, err error) error // the nth call's error
@@ -181,6 +182,7 @@ func TestClassifier(t *testing.T) {
 // backoff apply to its records alone; a topic without options runs with the
 // runner-wide ones.
 func TestPerTopicOptions(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		src := runnertest.New()
 		for _, topic := range []string{"orders", "payments", "audit", "plain"} {
@@ -266,6 +268,7 @@ func TestPerTopicOptions(t *testing.T) {
 // again after a redrive, it keeps its first origin and carries one set of
 // failure headers, the new ones.
 func TestDeadLetterHeaders(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		src := runnertest.New()
 		ts := time.Date(2026, 3, 4, 5, 6, 7, 8, time.UTC)

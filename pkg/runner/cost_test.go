@@ -61,6 +61,7 @@ func TestPublishStatsReusesItsBuffers(t *testing.T) {
 // never below pollChunk, and within 1/32 of the water marks' gap below the
 // exact value.
 func TestBudgetNeverExceedsTheLeastRoom(t *testing.T) {
+	t.Parallel()
 	for _, marks := range [][2]int{{300, 60}, {100, 99}, {3, 0}, {10, 8}, {2000, 0}} {
 		high, low := marks[0], marks[1]
 		d := newDriver()

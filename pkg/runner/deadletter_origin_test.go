@@ -17,6 +17,7 @@ import (
 // a whole origin — topic, partition and offset — or neither `tidemark dlt
 // replay` nor the inbox can recognise it.
 func TestDeadLetterPartialOrigin(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		src := runnertest.New()
 		src.Append(runner.Record{Topic: topic, Partition: 3, Offset: 42,

@@ -153,6 +153,7 @@ func docSnippets(t *testing.T, doc, text string) map[string]string {
 // inside this module that exists only for the build: nothing is written
 // to the source tree.
 func TestReadmeProgramBuilds(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)

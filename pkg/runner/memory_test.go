@@ -542,6 +542,7 @@ func TestDroppedRecordsFreeTheirLanes(t *testing.T) {
 // under a global limit that the records reach, and checks the lane
 // accounting and that the free room holds after every step.
 func TestLaneCacheRandom(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(20) {
 		rng := rand.New(rand.NewPCG(seed, 13))
 		d := newDriver()

@@ -49,6 +49,7 @@ func (c *orderCheck) exit(lane string) {
 }
 
 func TestOrdering(t *testing.T) {
+	t.Parallel()
 	const partitions, perPartition, keys = 4, 600, 20
 	cases := []struct {
 		name    string

@@ -16,6 +16,7 @@ import (
 // offset still running of each partition (not -1), and the partition's
 // log line says it stopped, with no revoke, safe or acknowledged offset.
 func TestSettledDrainNamesTheRecord(t *testing.T) {
+	t.Parallel()
 	src := newSettleSource(runner.Batch{TP: tp(0), Records: recs(7, 4, 9), Position: -1, HighWatermark: -1})
 	var logs logBuffer
 	running := make(chan int64, 3)

@@ -169,6 +169,7 @@ func TestSettledOutcomes(t *testing.T) {
 // started, settles the one that finished within the budget, and leaves the
 // one still running past it to the source (not settled).
 func TestSettledShutdownReleases(t *testing.T) {
+	t.Parallel()
 	src := newSettleSource(runner.Batch{TP: tp(0), Records: recs(1, 2, 3), Position: -1, HighWatermark: -1})
 	running := make(chan int64, 3)
 	r := newRunner(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {

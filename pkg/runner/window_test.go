@@ -20,6 +20,7 @@ import (
 // without bound: 19,980 records handled and outstanding behind offset 0,
 // with a high water mark of 100.)
 func TestPoisonKeyFillsTheWindowThenPauses(t *testing.T) {
+	t.Parallel()
 	const high, low, n, keys = 100, 50, 20_000, 1000
 	const window = 2 * high
 	synctest.Test(t, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 // runner's budget like every later one; it used MaxPollRecords (500), which
 // pushed a partition far past a lower high water mark (invariant 6).
 func TestFirstPollRespectsHighWaterMark(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("fp", 1)
 	produce(c, "fp", 1, 400, 400)

@@ -49,6 +49,7 @@ func holdCommit(t *testing.T, c *kafkatest.Cluster, group string) (held <-chan s
 // fetching (issue 13: 1 of 20 records handled in 2 s while a commit was
 // delayed by 3 s).
 func TestSlowCommitDoesNotStallFetching(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", 2)
 	l := kafkatest.NewLedger()
@@ -120,6 +121,7 @@ func requestTPs(req *kmsg.OffsetCommitRequest) []runner.TP {
 // committed later (invariant 4 at the broker) — without a lock held across
 // the commit's round trip.
 func TestLostWaitsForSentCommit(t *testing.T) {
+	t.Parallel()
 	src, err := franz.New([]string{"127.0.0.1:1"}, "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -181,6 +183,7 @@ func TestLostWaitsForSentCommit(t *testing.T) {
 // and the rejoined member's commits must not move the group's offset back
 // (they did: issue 13 §3).
 func TestRejoinNeverCommitsBackward(t *testing.T) {
+	t.Parallel()
 	const records, ahead = 2000, 1900
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", 1)

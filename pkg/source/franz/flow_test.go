@@ -77,6 +77,7 @@ func (s *flapSink) hands() (n int, early []runner.TP) {
 // on each call, so a call per toggle made flapping water marks cost
 // O(paused) per toggle); and every record still arrives once, in order.
 func TestFlowTogglesBatchedPerPoll(t *testing.T) {
+	t.Parallel()
 	const parts, per = 8, 100
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", parts)
@@ -158,6 +159,7 @@ func TestFlowTogglesBatchedPerPoll(t *testing.T) {
 // records at once: the resume, which the source tells the client with its
 // next poll, ends the poll that would otherwise wait for data forever.
 func TestResumeEndsIdlePoll(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", 2)
 	src, err := franz.New(c.Brokers(), "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)))

@@ -65,6 +65,7 @@ func startMember(t *testing.T, c *kafkatest.Cluster, group string, topics []stri
 // per-key offset order, and commits the end offsets, with each group
 // protocol the adapter offers.
 func TestConsumeCommitsEnd(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		opts []franz.Option
@@ -105,6 +106,7 @@ func TestConsumeCommitsEnd(t *testing.T) {
 // one shuts down the other takes them all, and together they handle every
 // record and commit the end offsets.
 func TestTwoMembersShare(t *testing.T) {
+	t.Parallel()
 	const parts = 4
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", parts)
@@ -136,6 +138,7 @@ func TestTwoMembersShare(t *testing.T) {
 // dead-letter topic through the Source, with its key, value and headers, and
 // only then committed past.
 func TestDeadLetter(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("in", 1)
 	c.CreateTopic("dlq", 1)
@@ -188,6 +191,7 @@ func TestDeadLetter(t *testing.T) {
 // TestDeadLetterMissingTopic: a write to a topic that does not exist fails
 // with the broker's error instead of hanging.
 func TestDeadLetterMissingTopic(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t)
 	src, err := franz.New(c.Brokers(), "g", []string{"in"}, franz.Logger(kafkatest.Logger(t)))
 	if err != nil {
@@ -261,6 +265,7 @@ func takeBatches(batches <-chan runner.Batch, got map[runner.TP][]int64, d time.
 // TestPause: a paused partition gets no records until it is resumed, while
 // the others keep flowing; batches carry the position and high watermark.
 func TestPause(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", 2)
 	src, err := franz.New(c.Brokers(), "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)))
@@ -341,6 +346,7 @@ func (s *pauseSink) Fetched(_ context.Context, bs []runner.Batch) (int, error) {
 // does not fetch that partition meanwhile — and then they come in offset
 // order, none lost or repeated, with the position after the last.
 func TestPauseWhileHeld(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", 2)
 	produce(c, "t", 2, 200, 10) // before the start: the first poll takes them all
@@ -405,6 +411,7 @@ func TestPauseWhileHeld(t *testing.T) {
 // committed ones exactly once, and the committed offset reaches the end of
 // the partition past the last transaction marker (lag 0).
 func TestTransactions(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("tx", 1)
 	p, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers()...), kgo.TransactionalID("tx-1"),
@@ -450,6 +457,7 @@ func TestTransactions(t *testing.T) {
 // cancelled, and its late completion commits nothing: the committed offset
 // stays below the unfinished record until the new assignment finishes it.
 func TestLost(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", 1)
 	produce(c, "t", 1, 10, 10)
@@ -507,6 +515,7 @@ func TestLost(t *testing.T) {
 // TestNewValidates: New refuses bad arguments and options with a
 // *ConfigError naming them.
 func TestNewValidates(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		brokers []string
@@ -556,6 +565,7 @@ func TestNewValidates(t *testing.T) {
 // lists, word for word, and which of two bad arguments it names first. An
 // empty broker address is refused: franz-go would dial it as localhost:9092.
 func TestNewArgumentMessages(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		brokers []string
 		group   string
@@ -619,6 +629,7 @@ func (s *recSink) counts() (assigned, lost int) {
 // nothing for it (even while the client rejoins) and says so with
 // ErrNotOwned; after it is assigned again, commits go through.
 func TestNoCommitAfterLost(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", 1)
 	src, err := franz.New(c.Brokers(), "g", []string{"t"}, franz.Logger(kafkatest.Logger(t)),
@@ -685,6 +696,7 @@ func (l *hookLog) all() []runner.Assignment {
 // member got it in. Under KIP-848 franz-go has only the member epoch,
 // which is not the assignment's generation: the adapter reports none (-1).
 func TestAssignmentGeneration(t *testing.T) {
+	t.Parallel()
 	const parts = 4
 	t.Run("classic", func(t *testing.T) {
 		c := kafkatest.NewFake(t)
@@ -741,6 +753,7 @@ func TestAssignmentGeneration(t *testing.T) {
 // Without that a chaos run stalled: the member kept partitions whose inbox
 // leases another member had bumped, and every record was fenced.
 func TestKeptAcrossRejoin(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", 1)
 	produce(c, "t", 1, 200, 10)

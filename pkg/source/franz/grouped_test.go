@@ -11,6 +11,7 @@ import (
 // runner.Grouped (messaging.consumer.group.name on spans and metrics). New
 // does not connect, so no broker is needed.
 func TestGroupNamesTheGroup(t *testing.T) {
+	t.Parallel()
 	src, err := franz.New([]string{"127.0.0.1:1"}, "orders-workers", []string{"orders"})
 	if err != nil {
 		t.Fatal(err)

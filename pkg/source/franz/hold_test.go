@@ -62,6 +62,7 @@ func tpsOf(bs []runner.Batch) []runner.TP {
 // held records' lock held and Run kept it across Fetched, so a revoke of
 // any partition waited for the runner to take records of another.
 func TestHandOverHoldsNoLock(t *testing.T) {
+	t.Parallel()
 	src := benchSourceT(t)
 	p0, p1 := runner.TP{Topic: "t", Partition: 0}, runner.TP{Topic: "t", Partition: 1}
 	src.Hold([]runner.Batch{heldBatch(p0, 3), heldBatch(p1, 3)})
@@ -113,6 +114,7 @@ func TestHandOverHoldsNoLock(t *testing.T) {
 // runner afterwards (invariant: no record of an ended assignment reaches
 // the runner after it heard of the end).
 func TestDropWaitsForHandOver(t *testing.T) {
+	t.Parallel()
 	src := benchSourceT(t)
 	p0, p1 := runner.TP{Topic: "t", Partition: 0}, runner.TP{Topic: "t", Partition: 1}
 	synctest.Test(t, func(t *testing.T) {

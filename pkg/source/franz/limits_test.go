@@ -72,6 +72,7 @@ func (fs *fetchSizes) last() (max, part int32, seen int) {
 // or, once the client knows the cluster, its number of brokers if fewer:
 // each broker has at most one fetch out or buffered.
 func TestLimitFetch(t *testing.T) {
+	t.Parallel()
 	structs := float64(unsafe.Sizeof(kgo.Record{}) + unsafe.Sizeof(runner.Record{}))
 	defaults := runner.FetchLimits{Bytes: 64 << 20, PartitionBytes: 8 << 20, MinRecordBytes: 64, MaxCompression: 4}
 	cases := []struct {
@@ -130,6 +131,7 @@ func TestLimitFetch(t *testing.T) {
 // errors that say what is wrong; runner.New reports the first as a
 // *runner.ConfigError for MaxBufferedBytes.
 func TestLimitFetchRefuses(t *testing.T) {
+	t.Parallel()
 	shape := runner.FetchLimits{Bytes: 64 << 20, PartitionBytes: 8 << 20, MinRecordBytes: 64, MaxCompression: 4}
 	small := shape
 	small.Bytes = 64 << 10
@@ -176,6 +178,7 @@ func TestLimitFetchRefuses(t *testing.T) {
 // fetches are made smaller in proportion, so the bound holds with the
 // expansion seen; fetches are never made larger than LimitFetch set.
 func TestFetchLoweredForSmallerRecords(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", 1)
 	produce(c, "t", 1, 100, 10) // records of about 10 bytes

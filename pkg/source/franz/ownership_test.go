@@ -42,6 +42,7 @@ func offsetTPs(os []runner.Offset) []runner.TP {
 // member id that it does not name: franz-go kept them across a rejoin
 // under a new member id.
 func TestOwnershipAssign(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		before   map[string][]runner.TP // member id -> partitions owned under it
@@ -83,6 +84,7 @@ func TestOwnershipAssign(t *testing.T) {
 // member was removed); the rest, owned under the current id or not owned
 // at all, stay in order.
 func TestOwnershipAssignedBefore(t *testing.T) {
+	t.Parallel()
 	o := franz.NewOwnership()
 	o.Assign("old", tps(0, 3))
 	o.Assign("new", tps(1))
@@ -99,6 +101,7 @@ func TestOwnershipAssignedBefore(t *testing.T) {
 // owned under the member id the client has now; those revoked, lost, never
 // assigned or assigned under another member id are not.
 func TestOwnershipForCommit(t *testing.T) {
+	t.Parallel()
 	o := franz.NewOwnership()
 	o.Assign("m", tps(0, 1, 2))
 	o.Assign("other", tps(3)) // 0-2 stay under m (rejoined), 3 under other
@@ -119,6 +122,7 @@ func TestOwnershipForCommit(t *testing.T) {
 // withheld with the read's error. An assignment franz-go fetched the start
 // of, or a revoke or loss, ends the floor.
 func TestOwnershipFloors(t *testing.T) {
+	t.Parallel()
 	o := franz.NewOwnership()
 	o.Assign("old", tps(0, 1, 2))
 	o.Rejoin("new", tps(0, 1, 2), tps(1, 2))
@@ -192,6 +196,7 @@ func TestOwnershipFloors(t *testing.T) {
 // partitions owned under the member id the request carries, and refuses
 // the others; a request left empty is not registered (nothing to wait for).
 func TestOwnershipAdmit(t *testing.T) {
+	t.Parallel()
 	o := franz.NewOwnership()
 	o.Assign("m", tps(0, 1))
 	o.Assign("n", tps(2)) // 0 and 1 stay under m
@@ -224,6 +229,7 @@ func TestOwnershipAdmit(t *testing.T) {
 // up, and answering a commit never waits for a disown in progress (no
 // lock is held while disown waits).
 func TestOwnershipDisownWaitsForAdmitted(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		o := franz.NewOwnership()
 		o.Assign("m", tps(0, 1, 2))

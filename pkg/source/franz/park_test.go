@@ -29,6 +29,7 @@ func overlaps(a, b []byte) bool {
 // handed (issue 13 §1: one parked record pinned a whole fetch response).
 // Keys, values and headers are kept exactly, nil and empty alike.
 func TestParkedRecordsOwnTheirMemory(t *testing.T) {
+	t.Parallel()
 	src := benchSourceT(t)
 	// One "fetch response": every key and value slices into it.
 	fetch := bytes.Repeat([]byte("0123456789"), 100)
@@ -77,6 +78,7 @@ func TestParkedRecordsOwnTheirMemory(t *testing.T) {
 // resumed, so every record still arrives once, in order, with the position
 // after the last.
 func TestParkedBytesBounded(t *testing.T) {
+	t.Parallel()
 	const per = 400
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", 2)

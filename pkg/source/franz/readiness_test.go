@@ -19,6 +19,7 @@ import (
 // do not carry the error code) but its group session ends and it hears
 // the loss: readiness fails within the contact limit.
 func TestReadinessNotCoordinator(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t, kfake.SeedTopics(1, "t"))
 	m := startMember(t, c, "g", []string{"t"}, func(context.Context, runner.Record) error { return nil }, nil)
 	const limit = 2 * time.Second

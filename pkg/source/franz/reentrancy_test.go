@@ -84,6 +84,7 @@ func (s *commitWaitSink) state() (seen int, errs []error) {
 // needs. Every record arrives, and every commit made meanwhile returns and
 // is acknowledged.
 func TestFetchedMayPauseResumeAndWaitForCommit(t *testing.T) {
+	t.Parallel()
 	const perPartition = 50
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", 2)

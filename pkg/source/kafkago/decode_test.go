@@ -153,6 +153,7 @@ func offsetsOf(recs []runner.Record) []int64 {
 // batch's last offset — offsets compaction removed, so the committed offset
 // can reach the end of the log.
 func TestDecode(t *testing.T) {
+	t.Parallel()
 	tp := runner.TP{Topic: "t", Partition: 3}
 	tests := []struct {
 		name    string
@@ -269,6 +270,7 @@ func TestDecode(t *testing.T) {
 // timestamps follow the batch's timestamp type, the leader epoch is the
 // batch's.
 func TestDecodeFields(t *testing.T) {
+	t.Parallel()
 	tp := runner.TP{Topic: "t", Partition: 0}
 	hs := []runner.Header{{Key: "h1", Value: []byte("v1")}, {Key: "h2", Value: nil}, {Key: "h1", Value: []byte{}}}
 	recs := []rec{
@@ -334,6 +336,7 @@ func TestDecodeFields(t *testing.T) {
 // TestDecodeLegacy checks a v1 message set (a log written before Kafka
 // 0.11), read through kafka-go's decoder.
 func TestDecodeLegacy(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	rs := protocol.RecordSet{Version: 1, Records: protocol.NewRecordReader(
 		protocol.Record{Offset: 0, Key: protocol.NewBytes([]byte("a")), Value: protocol.NewBytes([]byte("1"))},
@@ -356,6 +359,7 @@ func TestDecodeLegacy(t *testing.T) {
 // the partition and the batch, never a panic, a wrong record or a huge
 // allocation.
 func TestDecodeCorrupt(t *testing.T) {
+	t.Parallel()
 	tp := runner.TP{Topic: "t", Partition: 1}
 	good := batch(t, -1, false, 5, 6, 7)
 	flip := func(i int) []byte { b := slices.Clone(good); b[i] ^= 0x40; return b }

@@ -117,6 +117,7 @@ func (s *handOverSource) Run(ctx context.Context, sink runner.Sink) error {
 // not grow with the partitions assigned. Before, every fetcher handed its
 // own partition over under one mutex: a hand-over per partition per fetch.
 func TestHandOverManyPartitions(t *testing.T) {
+	t.Parallel()
 	const partitions, per = 64, 5
 	c := kafkatest.NewFake(t, kfake.SeedTopics(partitions, "many"))
 	produce(c, "many", partitions, per)
@@ -173,6 +174,7 @@ func (p *pauseCounter) Pause(tps []runner.TP) {
 // records are fetched once. (Before, a pause dropped the fetch, and each
 // resume fetched the rest again: a fetch per pause.)
 func TestPauseKeepsFetched(t *testing.T) {
+	t.Parallel()
 	const partitions, per = 3, 300
 	c := kafkatest.NewFake(t, kfake.SeedTopics(partitions, "paused"))
 	produce(c, "paused", partitions, per)

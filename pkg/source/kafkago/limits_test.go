@@ -82,6 +82,7 @@ func newSource(t *testing.T, c *kafkatest.Cluster, topic string, opts ...kafkago
 // MaxBytes and by the byte water marks' gap over C. Before, the adapter took no limits and fetched MaxBytes
 // (1 MiB) per partition whatever the cap.
 func TestLimitFetch(t *testing.T) {
+	t.Parallel()
 	const partitions = 6
 	e := func(minBytes int, c float64) float64 {
 		return 1 + 2*c + c*float64(unsafe.Sizeof(runner.Record{}))/float64(minBytes)
@@ -126,6 +127,7 @@ func TestLimitFetch(t *testing.T) {
 // a fetch keep more than the limits allow per wire byte; the next fetch
 // asks for less, in proportion, and a warning says why.
 func TestLimitFetchShrinks(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t, kfake.SeedTopics(1, "tiny"))
 	var recs []*kgo.Record
 	for range 3000 {
@@ -154,6 +156,7 @@ func TestLimitFetchShrinks(t *testing.T) {
 // TestLimitFetchRejects: limits the adapter cannot meet are an error that
 // names the field.
 func TestLimitFetchRejects(t *testing.T) {
+	t.Parallel()
 	src, err := kafkago.New([]string{"127.0.0.1:1"}, "g", []string{"t"})
 	if err != nil {
 		t.Fatal(err)
@@ -183,6 +186,7 @@ type unlimited struct{ runner.Source }
 // TestNoLimitsFetchMaxBytes: a Source the runner did not limit fetches
 // MaxBytes every time, whatever its records keep.
 func TestNoLimitsFetchMaxBytes(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t, kfake.SeedTopics(1, "free"))
 	produce(c, "free", 1, 500)
 	sizes := watchSizes(c, "free")

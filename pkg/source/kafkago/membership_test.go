@@ -58,6 +58,7 @@ func startMember(t *testing.T, brokers []string, limit time.Duration, opts ...ka
 // contact: readiness fails within the contact limit, and the refusal is
 // the recorded error.
 func TestReadinessCoordinatorRefuses(t *testing.T) {
+	t.Parallel()
 	for _, refusal := range []*kerr.Error{kerr.NotCoordinator, kerr.GroupAuthorizationFailed} {
 		t.Run(refusal.Message, func(t *testing.T) { testRefused(t, refusal) })
 	}
@@ -90,6 +91,7 @@ func testRefused(t *testing.T, refusal *kerr.Error) {
 // (the frames stay paired across the rebalance's requests). That
 // REBALANCE_IN_PROGRESS itself is no refusal is TestWatchConn's.
 func TestReadinessRebalanceCounts(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t, kfake.SeedTopics(2, "t"))
 	r, probes := startMember(t, c.Brokers(), 2*time.Second)
 	before := time.Now()
@@ -125,6 +127,7 @@ func TestReadinessRebalanceCounts(t *testing.T) {
 // TestReadinessTLS: with TLS on the Dialer, the frames are still read
 // (above TLS, the watched dial doing the handshake): ready, with contact.
 func TestReadinessTLS(t *testing.T) {
+	t.Parallel()
 	cert, pool := kafkatest.SelfSigned(t)
 	fc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"), kfake.GroupMinSessionTimeout(100*time.Millisecond),
 		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}}))

@@ -23,6 +23,7 @@ import (
 // the FindCoordinator answer as the coordinator's: ContactAt stays fresh
 // and the member stays ready for as long as the coordinator is cut.
 func TestReadinessCoordinatorOnlyCut(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t, kfake.SeedTopics(1, "t"))
 	src, err := kafkago.New(c.Brokers(), "g", []string{"t"},
 		kafkago.SessionTimeout(2*time.Second), kafkago.RebalanceTimeout(3*time.Second),

@@ -23,6 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestNewArgumentMessages: New's messages for bad arguments and balancer
 // lists, word for word, and which of two bad arguments it names first.
 func TestNewArgumentMessages(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		brokers []string
 		group   string
@@ -53,6 +54,7 @@ func TestNewArgumentMessages(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
+	t.Parallel()
 	brokers, topics := []string{"127.0.0.1:9092"}, []string{"t"}
 	tests := []struct {
 		name    string
@@ -134,6 +136,7 @@ func start(t *testing.T, c *kafkatest.Cluster, group, topic string, h runner.Han
 // key, value and headers, commits the end offsets, and leaves the group on
 // Shutdown.
 func TestConsumeAll(t *testing.T) {
+	t.Parallel()
 	const partitions, per = 3, 500
 	c := kafkatest.NewFake(t, kfake.SeedTopics(partitions, "t"))
 	produce(c, "t", partitions, per)
@@ -165,6 +168,7 @@ func TestConsumeAll(t *testing.T) {
 // of its partitions revoked (kafka-go is eager), drained and committed
 // before the second starts: in partition order, no record is handled twice.
 func TestEagerRebalance(t *testing.T) {
+	t.Parallel()
 	const partitions, per = 4, 300
 	c := kafkatest.NewFake(t, kfake.SeedTopics(partitions, "t"))
 	produce(c, "t", partitions, per)
@@ -193,6 +197,7 @@ func TestEagerRebalance(t *testing.T) {
 // commit, reports its partitions lost, has no later commit accepted for
 // that generation, and rejoins.
 func TestEvictedMemberLoses(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t, kfake.SeedTopics(1, "t"))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -238,6 +243,7 @@ func TestEvictedMemberLoses(t *testing.T) {
 // TestCommitErrors: Commit before Run commits nothing and names the
 // partitions; Run twice, and Run or Commit after Close, are refused.
 func TestCommitErrors(t *testing.T) {
+	t.Parallel()
 	src, err := kafkago.New([]string{"127.0.0.1:1"}, "g", []string{"t"}, kafkago.Logger(kafkatest.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -268,6 +274,7 @@ func TestCommitErrors(t *testing.T) {
 // TestFatalGroupError: a session timeout the broker refuses stops the
 // runner with a *GroupError instead of retrying forever.
 func TestFatalGroupError(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t, kfake.SeedTopics(1, "t"), kfake.GroupMinSessionTimeout(5*time.Second))
 	src, err := kafkago.New(c.Brokers(), "g", []string{"t"}, kafkago.SessionTimeout(time.Second),
 		kafkago.HeartbeatInterval(100*time.Millisecond), kafkago.Logger(kafkatest.Logger(t)))
@@ -289,6 +296,7 @@ func TestFatalGroupError(t *testing.T) {
 
 // TestWriteDeadLetter: a dead letter keeps the key, value and headers.
 func TestWriteDeadLetter(t *testing.T) {
+	t.Parallel()
 	c := kafkatest.NewFake(t, kfake.SeedTopics(1, "t", "dlq"))
 	src, err := kafkago.New(c.Brokers(), "g", []string{"t"}, kafkago.Logger(kafkatest.Logger(t)))
 	if err != nil {

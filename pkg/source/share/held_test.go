@@ -29,6 +29,7 @@ func krec(p int32, off int64) *kgo.Record {
 // again — the runner never holds one offset twice — and settling it
 // settles both copies, so neither session waits for it any more.
 func TestRedeliveryWhileHeld(t *testing.T) {
+	t.Parallel()
 	src := newIdle(t, 2)
 	now := time.Now()
 	b0 := src.TakeForTest(0, []*kgo.Record{krec(0, 5), krec(0, 6)}, now)
@@ -57,6 +58,7 @@ func TestRedeliveryWhileHeld(t *testing.T) {
 // the session drops what it handed over, and a copy of a record the runner
 // holds from another session stays held until that one is settled.
 func TestReleaseUntaken(t *testing.T) {
+	t.Parallel()
 	src := newIdle(t, 2)
 	now := time.Now()
 	src.TakeForTest(0, []*kgo.Record{krec(0, 1)}, now)

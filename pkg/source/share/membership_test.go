@@ -37,6 +37,7 @@ func waitReady(t *testing.T, probes *shutdown.Probes, r *runner.Runner, want boo
 // membership, and readiness fails at once (not after the contact limit);
 // when heartbeats are served again it reports the member joined again.
 func TestShareFencedLeavesAndRejoins(t *testing.T) {
+	t.Parallel()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +87,7 @@ func TestShareFencedLeavesAndRejoins(t *testing.T) {
 // TestShareTLSContact: with TLS (kgo.DialTLSConfig), the answers are still
 // read, above TLS: the member becomes ready.
 func TestShareTLSContact(t *testing.T) {
+	t.Parallel()
 	cert, pool := kafkatest.SelfSigned(t)
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"),
 		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}}))

@@ -24,6 +24,7 @@ import (
 // share source (runner.ErrPauseShared) rather than stop every partition,
 // so the test asserts the refusal, and that partition 1 is still consumed.
 func TestOperatorPauseOfOnePartition(t *testing.T) {
+	t.Parallel()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 // error code"), reports itself joined at the first one, and the contact
 // stays fresh: ready, with every heartbeat refused.
 func TestShareRefusedIsNotReady(t *testing.T) {
+	t.Parallel()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	if err != nil {
 		t.Fatal(err)

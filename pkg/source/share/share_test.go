@@ -25,6 +25,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestNewRefuses(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		option  string
 		brokers []string
@@ -156,6 +157,7 @@ func run(t *testing.T, src *share.Source, opts ...runner.Option) func(budget tim
 // record is not accepted (the lag stays 1) although the others are
 // handled; once it returns, everything is accepted, each record once.
 func TestGatedUntilSettled(t *testing.T) {
+	t.Parallel()
 	const topic, group, n = "t", "g", 40
 	c := fake(t, topic, 1, n)
 	c.SetGroupConfigs(group, map[string]string{"share.auto.offset.reset": "earliest"})
@@ -200,6 +202,7 @@ func TestGatedUntilSettled(t *testing.T) {
 // released, so the next member gets them (delivery count 2), not lost to an
 // accept.
 func TestCloseReleases(t *testing.T) {
+	t.Parallel()
 	const topic, group, n = "t", "g", 10
 	c := fake(t, topic, 1, n)
 	c.SetGroupConfigs(group, map[string]string{"share.auto.offset.reset": "earliest"})

@@ -56,6 +56,7 @@ func (h signalHandler) WithGroup(string) slog.Handler      { return h }
 // most one fetch per session; a record that a poll returned and the first
 // member then released without running it is the bug.
 func TestShutdownAcquiresNothingAfterStop(t *testing.T) {
+	t.Parallel()
 	const topic, group, n = "t", "g", 40
 	c := fake(t, topic, 1, n)
 	c.SetGroupConfigs(group, map[string]string{"share.auto.offset.reset": "earliest"})
@@ -216,6 +217,7 @@ func (s *nopSink) Fetched(_ context.Context, b []runner.Batch) (int, error) {
 // PollRecords on an empty topic returns promptly, Run returns nil, and no
 // goroutine is left (TestMain's goleak). Expected to hold.
 func TestCloseWhilePollsBlocked(t *testing.T) {
+	t.Parallel()
 	c := fake(t, "t", 2, 0)
 	c.SetGroupConfigs("g", map[string]string{"share.auto.offset.reset": "earliest"})
 	src, err := share.New(c.ListenAddrs(), "g", []string{"t"}, share.Sessions(3), share.CloseTimeout(3*time.Second))
