@@ -131,7 +131,8 @@ func BenchmarkInboxFence(b *testing.B) {
 // ('advisory', 'tuple', 'transactionid') now.
 func inboxLockWaiters(t testing.TB, pool *pgxpool.Pool, kind string) int64 {
 	t.Helper()
-	return inboxCount(t, pool, "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = $1", kind)
+	return inboxCount(t, pool, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		WHERE NOT l.granted AND l.locktype = $1 AND a.application_name = current_setting('application_name')`, kind)
 }
 
 // inboxWaitFor polls cond for up to 10s.

@@ -86,7 +86,8 @@ func (g *heldEffect) free() {
 func waitLockWaiter(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	inboxWaitRows(t, pool, 1, time.Minute,
-		`SELECT least(count(*), 1) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`)
+		`SELECT least(count(*), 1) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			AND application_name = current_setting('application_name')`)
 }
 
 // startInboxFranz starts an inbox member over a franz Source in group,

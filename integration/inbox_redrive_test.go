@@ -316,7 +316,8 @@ func TestInboxRedriveRacesTheOrigin(t *testing.T) {
 	again := make(chan error, 1)
 	go func() { again <- s.Handler(inboxEffect("origin"))(ctx, origin) }()
 	// The origin's claim waits on the redrive's origin row.
-	inboxWaitRows(t, pool, 1, 10*time.Second, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)
+	inboxWaitRows(t, pool, 1, 10*time.Second, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+		AND application_name = current_setting('application_name')`)
 	open()
 	if err := <-redrive; err != nil {
 		t.Fatalf("redrive: %v", err)

@@ -17,7 +17,10 @@ import (
 // connections all use a schema created for this call: unqualified names
 // resolve in it and tables created without a schema land in it (search_path
 // is set as a connection parameter). The schema's name is
-// pool.Config().ConnConfig.RuntimeParams["search_path"]. In the test's
+// pool.Config().ConnConfig.RuntimeParams["search_path"], and the sessions'
+// application_name too (unless the DSN names one): tests that look at
+// pg_stat_activity or pg_locks count only their own sessions with
+// application_name = current_setting('application_name'). In the test's
 // cleanup the pool is closed and the schema dropped with all it holds.
 //
 // When TIDEMARK_PG_DSN is missing or the server does not answer, PG fails
@@ -66,6 +69,12 @@ func PG(t testing.TB) *pgxpool.Pool {
 		t.Fatalf("bed: TIDEMARK_PG_DSN: %v", err)
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	// The schema's name as the sessions' application_name (unless the
+	// DSN sets one), so that a test can tell its own sessions in
+	// pg_stat_activity from those of the tests running beside it.
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = schema
+	}
 	cfg.MaxConns = 8
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
