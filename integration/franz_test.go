@@ -102,7 +102,10 @@ func TestFranzTwoMembers(t *testing.T) {
 		{"kip848", func(string) []franz.Option { return []franz.Option{franz.ServerSideAssignment()} }},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) { franzTwoMembers(t, tc.opts) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			franzTwoMembers(t, tc.opts)
+		})
 	}
 }
 
@@ -216,6 +219,9 @@ func TestFranzLost(t *testing.T) {
 		t.Fatal("the first member has no member id")
 	}
 
+	// What the member committed before the cut: the sampler may read it
+	// only after the loss on a loaded machine, which is no commit after it.
+	atCut := offs.Commits(group, topic)
 	sw.cut()
 	cutAt := time.Now()
 	// Records the first member never sees: a commit of its own progress
@@ -258,7 +264,7 @@ func TestFranzLost(t *testing.T) {
 	}
 	for p, h := range sampler.History() {
 		for _, c := range h {
-			if c.Metadata == oldID && c.At.After(lostAt) {
+			if c.Metadata == oldID && c.At.After(lostAt) && (c.Offset != atCut[p].Offset || c.Metadata != atCut[p].Metadata) {
 				t.Errorf("partition %d: commit of %d by the lost member %s at %v, after it was lost", p, c.Offset, oldID, c.At.Format(time.RFC3339Nano))
 			}
 		}

@@ -64,10 +64,13 @@ type leakTB interface {
 }
 
 // leakLabel is the pprof label noLeaks gives a test's goroutines; leakSeq
-// numbers the tests; leakGrace is how long a goroutine may take to end.
+// numbers the tests; leakGrace is how long a goroutine may take to end
+// (seconds on a loaded machine: a goroutine that a Close started, such as
+// franz-go's context.AfterFunc callbacks, waits for a CPU among those of
+// the tests running beside it, under -race).
 const (
 	leakLabel = "tidemark-test"
-	leakGrace = 3 * time.Second
+	leakGrace = 10 * time.Second
 )
 
 var leakSeq atomic.Int64

@@ -5,6 +5,7 @@ package integration_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,12 +19,13 @@ import (
 )
 
 // waitCommitted waits until the group's committed offset of every partition
-// in want equals it. It polls through one admin client (bed.Committed opens
-// one per call).
+// in want equals it; it fails when the commits stood still for within (see
+// stall). It polls through one admin client (bed.Committed opens one per
+// call).
 func waitCommitted(t *testing.T, group, topic string, want map[int32]int64, within time.Duration) {
 	t.Helper()
 	adm := bed.Admin(t)
-	deadline := time.Now().Add(within)
+	st := newStall(within)
 	got := map[int32]int64{}
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -41,11 +43,50 @@ func waitCommitted(t *testing.T, group, topic string, want map[int32]int64, with
 				return
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("committed %v (last error %v), want %v", got, err, want)
+		if st.over(fmt.Sprint(got)) {
+			t.Fatalf("committed %v (last error %v), want %v: %s", got, err, want, st)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// stall bounds a wait for progress rather than for a time: the wait is
+// over when what it watches has not changed for within, or after
+// stallCap times within in all. A loaded machine (make test runs its
+// phases side by side, on two cores) makes a test slower, and a wait for
+// throughput with a fixed time would fail it; a wait that stands still
+// is what a test must catch. The throughput itself is the benchmarks'
+// (cmd/tidemark-bench), not a test's.
+type stall struct {
+	within, total time.Duration
+	start, moved  time.Time
+	last          any
+}
+
+// stallCap bounds a wait that keeps moving: within times stallCap.
+const stallCap = 5
+
+func newStall(within time.Duration) *stall {
+	now := time.Now()
+	return &stall{within: within, total: stallCap * within, start: now, moved: now}
+}
+
+// over records v, the watched value now, and reports whether the wait is
+// over.
+func (s *stall) over(v any) bool {
+	now := time.Now()
+	if v != s.last {
+		s.last, s.moved = v, now
+	}
+	return now.Sub(s.moved) > s.within || now.Sub(s.start) > s.total
+}
+
+func (s *stall) String() string {
+	now := time.Now()
+	if now.Sub(s.start) > s.total {
+		return fmt.Sprintf("still moving after %v, the most a wait gets (%d times %v)", s.total, stallCap, s.within)
+	}
+	return fmt.Sprintf("no change for %v (%v in all)", s.within, now.Sub(s.start).Round(time.Millisecond))
 }
 
 // TestPoisonBlocksOnlyItsKey: with the default Block policy a record that
@@ -192,4 +233,31 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// TestStall: a wait that moves is not over until it stands still for within
+// or has taken stallCap times within; one that stands still is over after
+// within.
+func TestStall(t *testing.T) {
+	t.Parallel()
+	const within = 40 * time.Millisecond
+	st := newStall(within)
+	for i := 0; time.Since(st.start) < 2*within; i++ {
+		if st.over(i) {
+			t.Fatalf("over after %v while the value moved", time.Since(st.start))
+		}
+		time.Sleep(within / 8)
+	}
+	if st.over(-1) {
+		t.Fatal("over at once after a change")
+	}
+	time.Sleep(within + within/2)
+	if !st.over(-1) {
+		t.Fatalf("not over after %v without a change", within+within/2)
+	}
+	moving := newStall(within)
+	moving.start = moving.start.Add(-stallCap * within)
+	if !moving.over("new") {
+		t.Fatal("not over after stallCap times within, though the value moved")
+	}
 }

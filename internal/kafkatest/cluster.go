@@ -288,6 +288,17 @@ func (c *Cluster) Committed(group, topic string) map[int32]int64 {
 	return out
 }
 
+// Commits returns group's committed offset of each partition of topic with
+// its metadata, as Committed reads them.
+func (c *Cluster) Commits(group, topic string) map[int32]Commit {
+	c.t.Helper()
+	out, err := c.commits(group, topic)
+	if err != nil {
+		c.t.Fatalf("kafkatest: committed offsets of group %s on %s: %v", group, topic, err)
+	}
+	return out
+}
+
 // Commit is a group's committed offset of one partition.
 type Commit struct {
 	At       time.Time // when it was read

@@ -117,19 +117,24 @@ func (e *env) start(name string, topics []string, h runner.Handler, o memberOpts
 	return m
 }
 
-// stop shuts the member down gracefully within 15s; see stopWithin.
-func (m *member) stop() error { return m.stopWithin(15 * time.Second) }
+// stop shuts the member down gracefully within 15s (its drain gets half
+// of it: CommitTimeout, 10s, is more); see drainWithin.
+func (m *member) stop() error { return m.drainWithin(0, 15*time.Second) }
 
-// stopWithin shuts the member down gracefully within budget (its drain gets
-// half of it: CommitTimeout, 10s, is more) and returns Shutdown's error,
-// or Run's when Shutdown's is nil.
-// Later calls return nil.
-func (m *member) stopWithin(budget time.Duration) error {
+// drainWithin shuts the member down gracefully: its handlers get drain to
+// finish (zero: Shutdown's split of budget), the final commit and leaving
+// the group what is left of budget. It returns Shutdown's error, or Run's
+// when Shutdown's is nil. Later calls return nil.
+func (m *member) drainWithin(drain, budget time.Duration) error {
 	var err error
 	m.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), budget)
 		defer cancel()
-		err = m.r.Shutdown(ctx)
+		if drain > 0 {
+			err = m.r.ShutdownWithin(ctx, time.Now().Add(drain))
+		} else {
+			err = m.r.Shutdown(ctx)
+		}
 		if runErr := <-m.done; err == nil {
 			err = runErr
 		}

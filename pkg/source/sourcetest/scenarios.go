@@ -548,9 +548,10 @@ func flow(t *testing.T, f Factory) {
 }
 
 // shutdown: in partition order, partition 0's record at offset 20 blocks
-// until its ctx ends; the other partitions run slowly. Shutdown (4s budget)
-// drains what is in flight, cancels the stuck handler when the drain
-// budget runs out, and commits each partition's safe prefix: 20 on
+// until its ctx ends; the other partitions run slowly. Shutdown drains what
+// is in flight, cancels the stuck handler when the drain budget (2s) runs
+// out, and (within 30s: on a loaded machine a commit and leaving the group
+// can take seconds) commits each partition's safe prefix: 20 on
 // partition 0, one past the last handled record on the others. It returns
 // a *runner.DrainError naming the stuck record, the source is closed once
 // and gets no commit after that, and the member leaves the group at once.
@@ -584,7 +585,7 @@ func shutdown(t *testing.T, f Factory) {
 	kafkatest.WaitFor(t, 30*time.Second, "records handled on every partition, partition 0 stuck", func() bool {
 		return len(l.Offsets(tpOf(topic, 0))) == stuck+1 && len(l.Offsets(tpOf(topic, 1))) >= 10 && len(l.Offsets(tpOf(topic, 2))) >= 10
 	})
-	err := m.stopWithin(4 * time.Second)
+	err := m.drainWithin(2*time.Second, 30*time.Second)
 	stoppedAt := time.Now()
 	var de *runner.DrainError
 	switch {
@@ -694,7 +695,9 @@ func cooperative(t *testing.T, f Factory) {
 // the session timeout: it left the group at once.
 func static(t *testing.T, f Factory) {
 	const partitions = 4
-	const session = 10 * time.Second
+	// Long enough that, on a loaded machine, a rebalance within half of it
+	// still tells a member that left from one whose session expired.
+	const session = 20 * time.Second
 	e := newEnv(t, f)
 	topic := e.c.Topic(partitions)
 	idA, idB := kafkatest.Name(t, "a"), kafkatest.Name(t, "b")
