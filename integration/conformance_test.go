@@ -74,8 +74,10 @@ func TestRebalanceStorm(t *testing.T) {
 	size := sourcetest.Storm{Records: 200_000, Partitions: 12, Keys: 5_000, Steps: 8, Every: 2 * time.Second,
 		Concurrency: 64, Latency: 5 * time.Millisecond, Within: 4 * time.Minute}
 	// One adapter at a time: two storms of 200 handlers each starve each
-	// other of the CPU under -race, and a storm whose members barely
-	// consume churns for minutes.
+	// other of the CPU, and a storm whose members barely consume churns
+	// for minutes. make test runs it without -race, with the other volume
+	// tests (docs/testbed.md); TestConformance's storm, a tenth of it,
+	// runs under -race.
 	for name, f := range adapters(bed.Kafka(t)) {
 		t.Run(name, func(t *testing.T) { sourcetest.RunStorm(t, f, size) })
 	}

@@ -80,9 +80,12 @@ func produceSmallBatches(t *testing.T, topic string, n, value int, key func(i in
 		t.Fatalf("new kafka client: %v", err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// 150 MB (the 1 KiB case) to a broker that the tests beside this one
+	// keep busy can take minutes on two cores.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	var failed atomic.Value
+	// The first error: errors of different types, so not an atomic.Value.
+	var failed atomic.Pointer[error]
 	random := make([]byte, 1<<20)
 	rand.Read(random)
 	for i := range n {
@@ -93,15 +96,15 @@ func produceSmallBatches(t *testing.T, topic string, n, value int, key func(i in
 		}
 		cl.Produce(ctx, &kgo.Record{Key: []byte(key(i)), Value: v}, func(_ *kgo.Record, err error) {
 			if err != nil {
-				failed.Store(err)
+				failed.CompareAndSwap(nil, &err)
 			}
 		})
 	}
 	if err := cl.Flush(ctx); err != nil {
 		t.Fatalf("produce %d records to %s: flush: %v", n, topic, err)
 	}
-	if err, _ := failed.Load().(error); err != nil {
-		t.Fatalf("produce %d records to %s: %v", n, topic, err)
+	if err := failed.Load(); err != nil {
+		t.Fatalf("produce %d records to %s: %v", n, topic, *err)
 	}
 }
 

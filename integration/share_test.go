@@ -110,6 +110,24 @@ func shareLag(t *testing.T, adm *kadm.Client, group, topic string, p int32) int6
 	return o.Lag
 }
 
+// shareSettled waits until h saw each of the n records of topic's
+// partition 0 and the share group's lag there is 0; it fails, naming
+// what, when neither moved for a minute (see stall).
+func shareSettled(t *testing.T, h *handled, n int, adm *kadm.Client, group, topic, what string) {
+	t.Helper()
+	st := newStall(time.Minute)
+	for {
+		seen, lag := h.distinct(), shareLag(t, adm, group, topic, 0)
+		if seen == n && lag == 0 {
+			return
+		}
+		if st.over(fmt.Sprint(seen, lag)) {
+			t.Fatalf("waiting for %s: %d of %d records seen, lag %d: %s", what, seen, n, lag, st)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
 // handled counts, per offset, the handler calls and the delivery counts
 // they saw.
 type handled struct {
@@ -350,9 +368,7 @@ func TestShareRenewLongHandler(t *testing.T) {
 	if lag := shareLag(t, adm, group, topic, 0); lag < 1 {
 		t.Errorf("share lag %d while record 0's handler ran, want >= 1 (record 0 not yet accepted)", lag)
 	}
-	kafkatest.WaitFor(t, time.Minute, "every record acknowledged (lag 0)", func() bool {
-		return h.distinct() == n && shareLag(t, adm, group, topic, 0) == 0
-	})
+	shareSettled(t, h, n, adm, group, topic, "every record acknowledged (lag 0)")
 	if calls, counts := h.get(0); calls != 1 || counts[0] != 1 {
 		t.Fatalf("record 0: %d handler calls with delivery counts %v, want 1 call with count 1: its lock expired under its handler", calls, counts)
 	}
@@ -392,9 +408,7 @@ func TestShareShutdownReleases(t *testing.T) {
 	startShare(t, newShareSource(t, group, topic, share.Sessions(2)),
 		runner.Handle(topic, func(_ context.Context, rec runner.Record) error { h.add(rec); return nil }),
 		runner.Failure(runner.Skip(3)))
-	kafkatest.WaitFor(t, time.Minute, "every record handled by the second member, and acknowledged", func() bool {
-		return h.distinct() == n && shareLag(t, adm, group, topic, 0) == 0
-	})
+	shareSettled(t, h, n, adm, group, topic, "every record handled by the second member, and acknowledged")
 	ahead := int64(0) // past held: fetched ahead by the first member
 	for off := int64(0); off < n; off++ {
 		calls, counts := h.get(off)
@@ -434,9 +448,7 @@ func TestSharePoisonRejected(t *testing.T) {
 			}
 			return nil
 		}), runner.Failure(runner.Skip(2)), runner.Backoff(10*time.Millisecond, 10*time.Millisecond))
-	kafkatest.WaitFor(t, time.Minute, "every record settled (lag 0)", func() bool {
-		return h.distinct() == n && shareLag(t, adm, group, topic, 0) == 0
-	})
+	shareSettled(t, h, n, adm, group, topic, "every record settled (lag 0)")
 	recs := readAll(t, dlq, 1)
 	time.Sleep(2 * shareLock) // a record released or expired would come back by now
 	if calls, counts := h.get(poison); calls != 2 || counts[0] != 1 || counts[1] != 1 {
@@ -490,9 +502,7 @@ func TestSharePoisonDeadLettered(t *testing.T) {
 			}
 			return nil
 		}), runner.Failure(runner.DeadLetter(dlt, 2, nil)), runner.Backoff(10*time.Millisecond, 10*time.Millisecond))
-	kafkatest.WaitFor(t, time.Minute, "every record settled (lag 0)", func() bool {
-		return h.distinct() == n && shareLag(t, adm, group, topic, 0) == 0
-	})
+	shareSettled(t, h, n, adm, group, topic, "every record settled (lag 0)")
 	if calls, _ := h.get(poison); calls != 2 {
 		t.Fatalf("poison record: %d calls, want 2", calls)
 	}
@@ -562,9 +572,7 @@ func TestShareRenewKeepsConnection(t *testing.T) {
 		}
 		return nil
 	}), runner.Failure(runner.Skip(3)))
-	kafkatest.WaitFor(t, time.Minute, "every record acknowledged (lag 0)", func() bool {
-		return h.distinct() == n && shareLag(t, adm, group, topic, 0) == 0
-	})
+	shareSettled(t, h, n, adm, group, topic, "every record acknowledged (lag 0)")
 	for off := int64(0); off < n; off++ {
 		if calls, counts := h.get(off); calls != 1 || counts[0] != 1 {
 			t.Errorf("offset %d: %d handler calls with delivery counts %v, want 1 call with count 1: the session's connection closed under it", off, calls, counts)

@@ -412,11 +412,18 @@ func TestPendingCostFollowsChanges(t *testing.T) {
 		}
 		return time.Since(start) / rounds
 	}
-	perCommit(1) // warm up
-	alone, crowded := perCommit(1), perCommit(100_000)
-	// The work differs by 100,000 times if Pending walks every partition;
-	// 20 times leaves room for a loaded machine.
-	if crowded > 20*alone+time.Microsecond {
+	// The best of five: a loaded machine only ever adds time. The work
+	// differs by 100,000 times if Pending walks every partition; 1,000
+	// times leaves room for the rest of the noise.
+	best := func(ever int) time.Duration {
+		d := perCommit(ever)
+		for range 4 {
+			d = min(d, perCommit(ever))
+		}
+		return d
+	}
+	alone, crowded := best(1), best(100_000)
+	if crowded > 1000*alone+time.Microsecond {
 		t.Fatalf("Pending costs %v with 100,000 partitions assigned before, %v with one: it grows with the partitions ever assigned", crowded, alone)
 	}
 }
