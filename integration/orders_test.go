@@ -186,10 +186,10 @@ func (e *ordersEnv) applied() int {
 
 func (e *ordersEnv) waitApplied(want int, within time.Duration) {
 	e.t.Helper()
-	deadline := time.Now().Add(within)
-	for e.applied() < want {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%d of %d orders applied after %s", e.applied(), want, within)
+	st := newStall(within)
+	for n := e.applied(); n < want; n = e.applied() {
+		if st.over(n) {
+			e.t.Fatalf("%d of %d orders applied: %s", n, want, st)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
