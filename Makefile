@@ -75,10 +75,11 @@ help:
 	@echo 'make testbed-down    scripts/testbed down'
 	@echo 'make testbed-status  scripts/testbed status'
 
-# scripts/test runs the phases side by side where it can: vet and the unit
-# tests while the beds start, then the integration tests (in parallel,
-# under -race), the tests that run without -race, and the serial tests and
-# the chaos suite on a second bed of their own. Each phase's log and go
+# scripts/test runs the phases side by side where it can: the test
+# binaries are built while three beds start, then the integration tests
+# (in parallel, under -race) and the memory tests (without it) on the
+# first, the volume tests (without it) on the second, the serial tests and
+# the chaos suite on the third, and vet and the unit tests beside them. Each phase's log and go
 # test's events go to .testbed/results; at the end it prints each phase's
 # wall time and the ten slowest tests, warns past 6 minutes and fails past
 # 12 (docs/testbed.md, "make test"). The beds it started are stopped
