@@ -160,7 +160,12 @@ func newInboxShareFleet(t *testing.T, partitions, n int, spec inboxShareSpec) *i
 			<-c.done
 		}
 		if t.Failed() {
-			t.Logf("process logs in %s", f.logs)
+			// The logs' directory goes with the test: their ends here.
+			for _, c := range f.kids {
+				b, _ := os.ReadFile(c.log)
+				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+				t.Logf("process %s, the last lines of its log:\n%s", c.name, strings.Join(lines[max(0, len(lines)-40):], "\n"))
+			}
 		}
 	})
 	return f
