@@ -18,7 +18,7 @@ import (
 // committed report holds (earlier runs, other machines) stay outside the
 // regions, dated in the prose.
 
-// The targets of issue 4 that docs/performance.md measures the table
+// The targets that docs/performance.md measures the table
 // against.
 const (
 	ioTarget   = 0.80 // I/O-bound: share of min(C/L, no-op ceiling)
@@ -147,7 +147,7 @@ func noopRuns(reps *benchReports) (string, error) {
 		times(pool.Ratio), span(pool.RatioRuns)), nil
 }
 
-// benchTargets is docs/performance.md's paragraph on issue 4's targets.
+// benchTargets is docs/performance.md's paragraph on the throughput targets.
 func benchTargets(reps *benchReports) (string, error) {
 	rs, err := results(reps.bench, "sleep", "tidemark over franz", "sleep", "tidemark over kafkago")
 	if err != nil {

@@ -16,7 +16,7 @@ package main
 // records it handled. Its ratio at a count is the median over the
 // repetitions of its CPU per record divided by the baseline's on the same
 // topic in the same repetition (run moments before it), and its growth that
-// ratio divided by its ratio at the smallest count. The goal (issue 13): a
+// ratio divided by its ratio at the smallest count. The goal: a
 // growth of at most partitionGoal at the largest count.
 //
 // The baseline fetches with exactly the settings of tidemark's franz
