@@ -11,7 +11,7 @@ import (
 // TakeForTest hands recs to session i as one poll returned at now (take),
 // and returns the batches the runner would get.
 func (s *Source) TakeForTest(i int, recs []*kgo.Record, now time.Time) []runner.Batch {
-	b, _ := s.sessions[i].take(recs, now)
+	b, _, _ := s.sessions[i].take(recs, now)
 	return b
 }
 
@@ -23,4 +23,13 @@ func (s *Source) HeldForTest(i int) (session, source int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.sessions[i].held), len(s.held)
+}
+
+// PollCapForTest has every session poll at most n records, fewer than its
+// fetch brings: the client keeps the rest buffered, their locks running,
+// as it does with a fetch that slipped out while a poll returned.
+func (s *Source) PollCapForTest(n int) {
+	for _, ss := range s.sessions {
+		ss.pollCap = n
+	}
 }

@@ -3,6 +3,7 @@ package share
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -24,15 +25,60 @@ type session struct {
 	contact *kgocontact.Contact
 
 	// held is this session's unsettled records (under src.mu): handed to
-	// the runner, or copies of records the runner holds from another
-	// delivery.
-	held map[recKey]*kgo.Record
-	wake chan struct{} // capacity 1: held emptied, or the flow resumed
+	// the runner, waiting to be handed over, or copies of records the
+	// runner holds from another delivery.
+	held map[recKey]*lockedRec
+	wake chan struct{} // capacity 1: a record settled, or the flow resumed
+
+	// Acks for acquisitions whose lock may have expired are sent alone:
+	// the broker refuses every ack of a partition in a request that holds
+	// one for an expired acquisition (INVALID_RECORD_STATE), so a good
+	// record's ACCEPT sent beside it would be lost and the record run
+	// again. Under src.mu: stale is such acks not sent yet; while
+	// isolating, the session is sending them, and Settle queues every
+	// other ack of this session in deferred instead of marking it.
+	stale     []pendingAck
+	deferred  []pendingAck
+	isolating bool
+	// refused is the partitions whose acks the broker refused since the
+	// last renewal began (under src.mu; set by onAcks).
+	refused map[runner.TP]bool
+
+	// pollCap, when above 0, polls fewer records than a fetch brings, as
+	// the client's buffering does at random: tests set it.
+	pollCap int
 
 	lockFor time.Duration // the lock duration, as learnt from the polls
 	// soonest is the least lock time left on a record of the last poll
 	// when it returned (0: none known).
 	soonest time.Duration
+}
+
+// lockedRec is a record the session holds, and until when its lock is
+// known to last: the deadline of its fetch, moved on by each renewal the
+// broker took.
+type lockedRec struct {
+	rec   *kgo.Record
+	until time.Time
+}
+
+// pendingAck is an ack the session has still to mark on its client.
+type pendingAck struct {
+	rec    *kgo.Record
+	status kgo.AckStatus
+}
+
+// lockMargin is how long before its known end a lock is taken as expired:
+// the broker's clock and the wire make the known end approximate, and an
+// ack of an expired lock must not share a request with good ones. Taking
+// a live lock as expired only costs a request of its own.
+func (ss *session) lockMargin() time.Duration {
+	return max(ss.lockFor/4, minRenew)
+}
+
+// expired reports whether l's lock may have expired at now.
+func (ss *session) expired(l *lockedRec, now time.Time) bool {
+	return !now.Before(l.until.Add(-ss.lockMargin()))
 }
 
 func (ss *session) signal() {
@@ -60,7 +106,11 @@ func (ss *session) run(ctx context.Context, sink runner.Sink) {
 		if !ss.waitFlow(ctx) {
 			return
 		}
-		fs := ss.cl.PollRecords(ctx, max(min(ss.src.cfg.maxPollRecords, budget), 1))
+		// The whole fetch, whatever the budget: records the client kept
+		// back would wait acquired, their locks running unrenewed, and
+		// reach the delivery limit without a handler attempt. What the
+		// budget does not allow yet waits here, renewed.
+		fs := ss.cl.PollRecords(ctx, ss.pollSize())
 		polled := time.Now()
 		failed := false
 		fs.EachError(func(topic string, p int32, err error) {
@@ -78,23 +128,129 @@ func (ss *session) run(ctx context.Context, sink runner.Sink) {
 			}
 			continue
 		}
-		batches, tps := ss.take(recs, polled)
+		batches, tps, stale := ss.take(recs, polled)
+		if len(stale) > 0 {
+			ss.releaseAlone(ctx, stale)
+		}
 		if err := ss.src.report(ctx, sink, tps); err != nil {
 			ss.release(recs)
 			ss.drain(ctx)
 			return
 		}
-		if len(batches) > 0 {
-			budget, err = sink.Fetched(ctx, batches)
+		for len(batches) > 0 {
+			now, rest := splitBatches(batches, budget)
+			budget, err = sink.Fetched(ctx, now)
 			if err != nil {
-				// The runner is stopping: it took none of them.
-				ss.release(recs)
+				// The runner is stopping: it took none of these.
+				ss.release(batchRecs(ss, batches))
 				ss.drain(ctx)
+				return
+			}
+			batches = rest
+			if len(batches) > 0 && !ss.hold(ctx, ss.flowing) {
 				return
 			}
 		}
 		ss.waitSettled(ctx)
 	}
+}
+
+// pollSize is how many records a poll takes: the whole fetch.
+func (ss *session) pollSize() int {
+	if ss.pollCap > 0 {
+		return min(ss.pollCap, ss.src.cfg.maxPollRecords)
+	}
+	return ss.src.cfg.maxPollRecords
+}
+
+// splitBatches returns the first n records of batches, in order, and the
+// rest.
+func splitBatches(batches []runner.Batch, n int) (now, rest []runner.Batch) {
+	n = max(n, 1)
+	for i, b := range batches {
+		if len(b.Records) < n {
+			n -= len(b.Records)
+			continue
+		}
+		head, tail := b, b
+		head.Records = b.Records[:n:n]
+		tail.Records = b.Records[n:]
+		now = append(slices.Clone(batches[:i]), head)
+		if len(tail.Records) > 0 {
+			rest = append(rest, tail)
+		}
+		return now, append(rest, batches[i+1:]...)
+	}
+	return batches, nil
+}
+
+// batchRecs returns the client's records of batches (the session holds
+// them).
+func batchRecs(ss *session, batches []runner.Batch) []*kgo.Record {
+	ss.src.mu.Lock()
+	defer ss.src.mu.Unlock()
+	var recs []*kgo.Record
+	for _, b := range batches {
+		for _, r := range b.Records {
+			if l := ss.held[recKey{b.TP, r.Offset}]; l != nil {
+				recs = append(recs, l.rec)
+			}
+		}
+	}
+	return recs
+}
+
+// flowing reports whether no partition is paused (under src.mu).
+func (ss *session) flowing() bool { return len(ss.src.paused) == 0 }
+
+// releaseAlone releases recs, acquisitions already expired, in requests
+// of their own: first whatever else the client has to send goes, then
+// these.
+func (ss *session) releaseAlone(ctx context.Context, recs []*kgo.Record) {
+	ss.src.mu.Lock()
+	for _, r := range recs {
+		ss.stale = append(ss.stale, pendingAck{r, kgo.AckRelease})
+	}
+	ss.src.mu.Unlock()
+	ss.sendStale(ctx)
+}
+
+// sendStale sends the acks of acquisitions that may have expired, alone:
+// it flushes what the client has pending, marks them, and flushes again;
+// meanwhile Settle defers this session's other acks, marked after.
+func (ss *session) sendStale(ctx context.Context) {
+	s := ss.src
+	s.mu.Lock()
+	if len(ss.stale) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	ss.isolating = true
+	s.mu.Unlock()
+	fctx, cancel := context.WithTimeout(ctx, ss.renewPeriod())
+	defer cancel()
+	err := ss.cl.FlushAcks(fctx)
+	if err == nil {
+		s.mu.Lock()
+		acks := ss.stale
+		ss.stale = nil
+		s.mu.Unlock()
+		for _, a := range acks {
+			a.rec.Ack(a.status)
+		}
+		err = ss.cl.FlushAcks(fctx)
+	}
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("sending the acks of expired locks: not flushed in time", "session", ss.id, "err", err)
+	}
+	s.mu.Lock()
+	ss.isolating = false
+	acks := ss.deferred
+	ss.deferred = nil
+	for _, a := range acks {
+		a.rec.Ack(a.status)
+	}
+	s.mu.Unlock()
 }
 
 // drain keeps renewing what the session still holds (copies of records
@@ -105,32 +261,45 @@ func (ss *session) drain(ctx context.Context) {
 }
 
 // take registers a poll's records as held and groups them into batches by
-// partition. A record whose lock has already expired is released and left
-// out: the broker has made it, or will make it, available again. A record
-// the runner already holds from an earlier delivery is kept as a copy of
-// it, not handed over again. It returns the batches and their partitions.
-func (ss *session) take(recs []*kgo.Record, now time.Time) ([]runner.Batch, []runner.TP) {
+// partition. A record whose lock has already expired is left out and
+// returned, to be released alone: the broker has made it, or will make it,
+// available again. A record the runner already holds from an earlier
+// delivery is kept as a copy of it, not handed over again (the earlier
+// acquisition has expired). It returns the batches, their partitions and
+// the expired records.
+func (ss *session) take(recs []*kgo.Record, now time.Time) ([]runner.Batch, []runner.TP, []*kgo.Record) {
 	s := ss.src
 	var batches []runner.Batch
 	idx := map[runner.TP]int{}
-	stale, joined := 0, 0
+	var stale []*kgo.Record
+	joined := 0
 	lock := time.Duration(0)
 	s.mu.Lock()
 	for _, r := range recs {
 		tp := runner.TP{Topic: r.Topic, Partition: r.Partition}
 		k := recKey{tp, r.Offset}
-		if dl := r.AcquisitionDeadline(); !dl.IsZero() {
+		dl := r.AcquisitionDeadline()
+		if !dl.IsZero() {
 			if !now.Before(dl) {
-				r.Ack(kgo.AckRelease)
-				stale++
+				stale = append(stale, r)
 				continue
 			}
 			if d := dl.Sub(now); lock == 0 || d < lock {
 				lock = d
 			}
+		} else {
+			dl = now.Add(ss.renewPeriod() * 3)
 		}
-		ss.held[k] = r
+		ss.held[k] = &lockedRec{rec: r, until: dl}
 		if h := s.held[k]; h != nil {
+			// The broker delivered it again: the earlier acquisitions
+			// have expired, renewing them would have every renewal of
+			// their partition refused.
+			for _, c := range h.copies {
+				if l := c.s.held[k]; l != nil && l.rec == c.rec {
+					l.until = time.Time{}
+				}
+			}
 			h.copies = append(h.copies, heldCopy{ss, r})
 			joined++
 			continue
@@ -151,8 +320,8 @@ func (ss *session) take(recs []*kgo.Record, now time.Time) ([]runner.Batch, []ru
 		// duration (a poll's records were acquired at its fetch).
 		ss.lockFor = lock
 	}
-	if stale > 0 {
-		s.log.Warn("records polled after their lock expired; released, not run", "session", ss.id, "records", stale)
+	if len(stale) > 0 {
+		s.log.Warn("records polled after their lock expired; released, not run", "session", ss.id, "records", len(stale))
 	}
 	if joined > 0 {
 		s.log.Warn("records delivered again while the runner still holds them; settled with them", "session", ss.id, "records", joined)
@@ -161,7 +330,7 @@ func (ss *session) take(recs []*kgo.Record, now time.Time) ([]runner.Batch, []ru
 	for _, b := range batches {
 		tps = append(tps, b.TP)
 	}
-	return batches, tps
+	return batches, tps, stale
 }
 
 // release settles recs as released where the session still holds them
@@ -172,7 +341,8 @@ func (ss *session) release(recs []*kgo.Record) {
 	defer s.mu.Unlock()
 	for _, r := range recs {
 		k := recKey{runner.TP{Topic: r.Topic, Partition: r.Partition}, r.Offset}
-		if ss.held[k] != r {
+		l := ss.held[k]
+		if l == nil || l.rec != r {
 			continue
 		}
 		delete(ss.held, k)
@@ -184,7 +354,7 @@ func (ss *session) release(recs []*kgo.Record) {
 			// Handed over by this poll: the runner did not take it, and
 			// neither did anyone else.
 			for _, c := range h.copies {
-				c.rec.Ack(kgo.AckRelease)
+				c.s.ack(k, c.rec, kgo.AckRelease, time.Now())
 				if c.s != ss {
 					delete(c.s.held, k)
 					if len(c.s.held) == 0 {
@@ -196,13 +366,35 @@ func (ss *session) release(recs []*kgo.Record) {
 			continue
 		}
 		// A copy of a record the runner holds: it stays a copy.
-		ss.held[k] = r
+		ss.held[k] = l
 	}
+}
+
+// ack marks rec's ack with status, or queues it to be sent alone when its
+// lock may have expired, or to be marked after the session's lone acks
+// (under src.mu; k is still in ss.held).
+func (ss *session) ack(k recKey, rec *kgo.Record, status kgo.AckStatus, now time.Time) {
+	if l := ss.held[k]; l != nil && l.rec == rec && ss.expired(l, now) {
+		ss.stale = append(ss.stale, pendingAck{rec, status})
+		return
+	}
+	if ss.isolating {
+		ss.deferred = append(ss.deferred, pendingAck{rec, status})
+		return
+	}
+	rec.Ack(status)
 }
 
 // waitSettled waits until every record the session holds is settled,
 // renewing their locks meanwhile, or until ctx ends.
 func (ss *session) waitSettled(ctx context.Context) {
+	ss.hold(ctx, func() bool { return len(ss.held) == 0 })
+}
+
+// hold waits until done (called under src.mu) reports true, renewing the
+// locks of what the session holds and sending the acks of expired locks
+// meanwhile; false if ctx ended first.
+func (ss *session) hold(ctx context.Context, done func() bool) bool {
 	period := ss.renewPeriod()
 	first := period
 	if ss.soonest > 0 {
@@ -214,11 +406,12 @@ func (ss *session) waitSettled(ctx context.Context) {
 	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
+		ss.sendStale(ctx)
 		ss.src.mu.Lock()
-		n := len(ss.held)
+		ok := done()
 		ss.src.mu.Unlock()
-		if n == 0 {
-			return
+		if ok {
+			return true
 		}
 		select {
 		case <-ss.wake:
@@ -226,7 +419,7 @@ func (ss *session) waitSettled(ctx context.Context) {
 			ss.renew(ctx, period)
 			t.Reset(period)
 		case <-ctx.Done():
-			return
+			return false
 		}
 	}
 }
@@ -249,30 +442,56 @@ func (ss *session) renewPeriod() time.Duration {
 // renew extends the lock of every record the session holds and sends the
 // renewals at once (franz-go would send a lone ack only after its 1s ack
 // timer), waiting at most period for them.
+// A record whose lock may have expired is not renewed: a renewal of an
+// expired acquisition has every ack of its partition in the request
+// refused.
 func (ss *session) renew(ctx context.Context, period time.Duration) {
+	start := time.Now()
 	ss.src.mu.Lock()
-	n := 0
-	for _, r := range ss.held {
+	var renewed []*lockedRec
+	for _, l := range ss.held {
+		if ss.expired(l, start) {
+			continue
+		}
 		// A record settled meanwhile has a terminal ack: the renew is a
 		// no-op for it (franz-go renews only a record with no ack).
-		r.Ack(kgo.AckRenew)
-		n++
+		l.rec.Ack(kgo.AckRenew)
+		renewed = append(renewed, l)
 	}
+	clear(ss.refused)
 	ss.src.mu.Unlock()
-	if n == 0 {
+	if len(renewed) == 0 {
 		return
 	}
 	fctx, cancel := context.WithTimeout(ctx, period)
 	defer cancel()
-	if err := ss.cl.FlushAcks(fctx); err != nil && ctx.Err() == nil {
-		ss.src.log.Warn("renewing locks: acks not flushed in time", "session", ss.id, "records", n, "err", err)
+	if err := ss.cl.FlushAcks(fctx); err != nil {
+		if ctx.Err() == nil {
+			ss.src.log.Warn("renewing locks: acks not flushed in time", "session", ss.id, "records", len(renewed), "err", err)
+		}
+		return
+	}
+	// The broker extends a lock from when it takes the renewal, after
+	// start: start plus the lock duration is a safe end.
+	ss.src.mu.Lock()
+	defer ss.src.mu.Unlock()
+	for _, l := range renewed {
+		if !ss.refused[runner.TP{Topic: l.rec.Topic, Partition: l.rec.Partition}] && ss.lockFor > 0 {
+			if end := start.Add(ss.lockFor); end.After(l.until) {
+				l.until = end
+			}
+		}
 	}
 }
 
-// onAcks logs the acks the broker refused (franz-go's ack callback).
+// onAcks logs the acks the broker refused, and notes their partitions for
+// renew (franz-go's ack callback).
 func (ss *session) onAcks(_ *kgo.Client, rs kgo.ShareAckResults) {
 	for _, r := range rs {
 		if r.Err != nil {
+			ss.src.mu.Lock()
+			ss.refused[runner.TP{Topic: r.Topic, Partition: r.Partition}] = true
+			ss.src.mu.Unlock()
 			ss.src.log.Warn("share ack refused; its records will be delivered again", "session", ss.id, "topic", r.Topic, "partition", r.Partition, "err", r.Err)
 		}
 	}

@@ -52,9 +52,9 @@ func TestNewRefuses(t *testing.T) {
 }
 
 // fake is a kfake cluster with one topic holding n records (values 0..n-1).
-func fake(t *testing.T, topic string, partitions int32, n int) *kfake.Cluster {
+func fake(t *testing.T, topic string, partitions int32, n int, opts ...kfake.Opt) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic))
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		joins:    newJoins(cfg.sessions),
 	}
 	for i := range cfg.sessions {
-		ss := &session{src: s, id: i, held: map[recKey]*kgo.Record{}, wake: make(chan struct{}, 1), contact: contactOf(s.joins, i)}
+		ss := &session{src: s, id: i, held: map[recKey]*lockedRec{}, refused: map[runner.TP]bool{}, wake: make(chan struct{}, 1), contact: contactOf(s.joins, i)}
 		kopts := append([]kgo.Opt{
 			kgo.WithLogger(kgoLogger{cfg.logger.With("component", "franz-go", "group", group, "session", i)}),
 		}, cfg.clientOpts...)
@@ -256,14 +256,16 @@ func (s *Source) Settle(tp runner.TP, offset int64, st runner.Settlement) {
 		return
 	}
 	delete(s.held, k)
+	now := time.Now()
 	for _, c := range h.copies {
-		// The ack before the session may see itself settled: its next
-		// poll would accept a record left without a terminal ack.
-		c.rec.Ack(status)
+		// The ack (or its queueing) before the session may see itself
+		// settled: its next poll would accept a record left without a
+		// terminal ack, and it sends its queued acks before it polls.
+		c.s.ack(k, c.rec, status, now)
 		delete(c.s.held, k)
-		if len(c.s.held) == 0 {
-			c.s.signal()
-		}
+		// Every settlement: a session handing a poll over in parts
+		// waits for room in the budget.
+		c.s.signal()
 	}
 }
 
@@ -357,13 +359,24 @@ func (s *Source) Close() error {
 	}
 	s.mu.Lock()
 	n := 0
+	now := time.Now()
 	for k, h := range s.held {
 		for _, c := range h.copies {
-			c.rec.Ack(kgo.AckRelease)
+			// Through the session's queues: an expired lock's release
+			// goes alone, after the others.
+			c.s.ack(k, c.rec, kgo.AckRelease, now)
 			delete(c.s.held, k)
 			n++
 		}
 		delete(s.held, k)
+	}
+	for _, ss := range s.sessions {
+		// Acks a stopped session had deferred are marked now, before
+		// the flush; the stale ones after it.
+		for _, a := range ss.deferred {
+			a.rec.Ack(a.status)
+		}
+		ss.deferred, ss.isolating = nil, false
 	}
 	s.mu.Unlock()
 	if n > 0 {
@@ -378,6 +391,7 @@ func (s *Source) Close() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			ss.sendStale(ctx)
 			if err := ss.cl.FlushAcks(ctx); err != nil {
 				errc[i] = fmt.Errorf("share: session %d: flushing acks: %w", i, err)
 			}
