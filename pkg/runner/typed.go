@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -75,12 +78,15 @@ var ErrEmptyValue = errors.New("runner: empty value (nil or zero bytes) is not J
 // encoding/json's Unmarshal: the value must be exactly one JSON value
 // (trailing data is an error), and a nil or empty value is ErrEmptyValue.
 // The JSON literal null leaves T's zero value, as Unmarshal does; decode
-// into a pointer type to tell null apart. Its errors are Unmarshal's, but
-// a *json.UnmarshalTypeError, and a time.Time field's *time.ParseError
-// (which errors.As still finds), do not quote what they could not store:
-// the value may be secret. Errors of other UnmarshalJSON methods (T's own
-// or its fields'), and Unmarshal's for a misused ",string" tag, are
-// returned as they are and may quote the value.
+// into a pointer type to tell null apart. Its errors never quote the
+// value, which may hold secrets or personal data: they wrap Unmarshal's
+// (errors.As finds them) under a message of their own. A type mismatch
+// names the kind of JSON value, the field and the Go type; a syntax error
+// names the byte offset; a time.Time field's error names the layout; any
+// other error — an UnmarshalJSON or UnmarshalText method's (a
+// json.Number, a netip.Addr, a type of yours), a misused ",string" tag —
+// names the error's Go type and T, and leaves its message out, as the
+// decoder cannot know what that message quotes.
 //
 // Fields of the value that T does not have are ignored, as Unmarshal
 // ignores them: producers and consumers of a topic are deployed apart, and
@@ -99,18 +105,30 @@ func JSON[T any]() func(value []byte) (T, error) {
 		}
 		if err := json.Unmarshal(value, &v); err != nil {
 			var zero T // not the half-filled v
-			return zero, jsonError(err)
+			return zero, jsonError[T](err)
 		}
 		return v, nil
 	}
 }
 
-// jsonError returns err, but for a *json.UnmarshalTypeError, whose message
-// quotes a number it could not store ("cannot unmarshal number
-// 41111111111111111111 into ..."), an error that names the kind of JSON
-// value only and unwraps to it. A *json.SyntaxError quotes at most the
-// one character it stopped at, escaped.
-func jsonError(err error) error {
+// jsonError returns an error that wraps Unmarshal's err and quotes none of
+// the value. Only what the decoder knows to be free of the value's text
+// goes into its message: an allow-list, as a message of an unknown error
+// can quote anything (a *json.UnmarshalTypeError quotes the number it
+// could not store, a *json.SyntaxError the character it stopped at, a
+// TextUnmarshaler its whole input).
+func jsonError[T any](err error) error {
+	var ie *json.InvalidUnmarshalError
+	if errors.As(err, &ie) {
+		return err // about the Go type only
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		// The description without the character it stopped at
+		// ("invalid character 'x' after top-level value").
+		what := quotedChar.ReplaceAllString(se.Error(), "invalid character")
+		return &redactedError{msg: "json: " + what + " (at byte offset " + strconv.FormatInt(se.Offset, 10) + ")", err: err}
+	}
 	// A time.Time field's UnmarshalJSON fails with a *time.ParseError,
 	// whose message quotes the string it refused (in its Message too).
 	var pe *time.ParseError
@@ -119,7 +137,7 @@ func jsonError(err error) error {
 	}
 	var te *json.UnmarshalTypeError
 	if !errors.As(err, &te) || te.Type == nil {
-		return err
+		return &redactedError{msg: fmt.Sprintf("json: cannot decode into %v: a %T (its message is left out, it may quote the value)", reflect.TypeFor[T](), err), err: err}
 	}
 	kind, _, _ := strings.Cut(te.Value, " ") // "number -5" -> "number"
 	into := "Go value"
@@ -128,6 +146,9 @@ func jsonError(err error) error {
 	}
 	return &redactedError{msg: "json: cannot unmarshal " + kind + " into " + into + " of type " + te.Type.String(), err: err}
 }
+
+// quotedChar is the character a *json.SyntaxError's message quotes.
+var quotedChar = regexp.MustCompile(`^invalid character '(?:\\.|[^\\'])+'`)
 
 // redactedError is an error whose message leaves out what its wrapped
 // error's quotes of a value.
