@@ -152,7 +152,10 @@ func NewCoordinator(r Runner, opts ...Option) (*Coordinator, error) {
 		return nil, fmt.Errorf("shutdown: %s: the final commit's %v is not positive", what, c.finalCommit)
 	case c.closing < 0:
 		return nil, fmt.Errorf("shutdown: %s: the closers' %v is negative", what, c.closing)
-	case c.finalCommit+c.closing >= c.budget:
+	case c.finalCommit >= c.budget || c.closing >= c.budget || c.finalCommit >= c.budget-c.closing:
+		// Not finalCommit+closing >= budget: the sum can overflow to a
+		// negative duration, and the drain deadline lie centuries
+		// before the signal.
 		return nil, fmt.Errorf("shutdown: %s: %v for the final commit and %v for closing leave nothing of the %v budget for the drain",
 			what, c.finalCommit, c.closing, c.budget)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -263,6 +264,11 @@ func TestCoordinatorRefusesReserves(t *testing.T) {
 		{15 * time.Second, 0, "leave nothing of the 10s budget"},
 		{0, time.Second, "final commit's 0s is not positive"},
 		{time.Second, -time.Second, "closers' -1s is negative"},
+		// Their sum overflows to a negative duration: still refused, not
+		// a drain deadline centuries before the signal.
+		{math.MaxInt64, time.Second, "leave nothing of the 10s budget"},
+		{time.Second, math.MaxInt64, "leave nothing of the 10s budget"},
+		{math.MaxInt64 / 2, math.MaxInt64/2 + 2, "leave nothing of the 10s budget"},
 	} {
 		_, err := shutdown.NewCoordinator(&fakeRunner{}, shutdown.Budget(10*time.Second), shutdown.Reserve(tc.finalCommit, tc.closing))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
