@@ -33,6 +33,13 @@ func TestDLTReplayArguments(t *testing.T) {
 		{"dlt alone", []string{"dlt"}, 2, "", "tidemark dlt: missing sub-command\n\nusage: tidemark dlt <sub-command>"},
 		{"dlt help", []string{"dlt", "-h"}, 0, "  replay ", ""},
 		{"dlt unknown", []string{"dlt", "redrive"}, 2, "", `tidemark dlt: unknown sub-command "redrive"`},
+		{"broker not a port", []string{"dlt", "replay", "--from", "a", "--to", "b", "--brokers", "127.0.0.1:notaport"}, 2, "", `--brokers: "127.0.0.1:notaport" has no port number (1-65535)`},
+		{"broker port 0", []string{"dlt", "replay", "--from", "a", "--to", "b", "--brokers", "127.0.0.1:0"}, 2, "", `--brokers: "127.0.0.1:0" has no port number (1-65535)`},
+		{"broker without port", []string{"dlt", "replay", "--from", "a", "--to", "b", "--brokers", "kafka"}, 2, "", `--brokers: "kafka" is not host:port`},
+		{"brokers only a comma", []string{"dlt", "replay", "--from", "a", "--to", "b", "--brokers", ","}, 2, "", "--brokers: broker 1 of 2 is empty"},
+		{"brokers with an empty one", []string{"dlt", "replay", "--from", "a", "--to", "b", "--brokers", "a:1,,b:2"}, 2, "", "--brokers: broker 2 of 3 is empty"},
+		{"broker without host", []string{"dlt", "replay", "--from", "a", "--to", "b", "--brokers", ":9092"}, 2, "", `--brokers: ":9092" has no host`},
+		{"bad brokers from the environment", []string{"dlt", "replay", "--from", "a", "--to", "b"}, 2, "", `TIDEMARK_KAFKA_BROKERS: "[::1]" is not host:port`},
 		{"unreachable broker", []string{"dlt", "replay", "--from", "a", "--to", "b", "--brokers", "127.0.0.1:1", "--timeout", "2s"}, 1, "", "tidemark dlt replay: "},
 	}
 	for _, tt := range tests {
@@ -43,6 +50,9 @@ func TestDLTReplayArguments(t *testing.T) {
 				if !strings.HasPrefix(kv, "TIDEMARK_KAFKA_BROKERS=") {
 					env = append(env, kv)
 				}
+			}
+			if tt.name == "bad brokers from the environment" {
+				env = append(env, "TIDEMARK_KAFKA_BROKERS=[::1]")
 			}
 			cmd.Env = env
 			runExpect(t, cmd, tt.code, tt.stdout, tt.stderr)

@@ -15,7 +15,8 @@
 // command did what was asked; 2 for a usage error — an unknown command,
 // sub-command or flag, a missing one, a bad flag value, a setting missing
 // from the environment (no --dsn nor TIDEMARK_PG_DSN, no brokers), a
-// malformed lab script —, found before anything was done, with a message
+// malformed connection string or broker list (each broker host:port, with
+// a port of 1 to 65535, no empty entry), a malformed lab script —, found before anything was done, with a message
 // on stderr saying what was wrong; 1 when the command ran and failed (a
 // file it cannot read, a database or broker that fails or is unreachable),
 // with the reason on stderr.

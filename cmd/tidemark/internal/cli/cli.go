@@ -15,6 +15,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"strconv"
+	"strings"
 )
 
 // Exit statuses of every command.
@@ -69,4 +72,32 @@ func Usagef(stderr io.Writer, name, format string, a ...any) int {
 func Failf(stderr io.Writer, name, format string, a ...any) int {
 	fmt.Fprintf(stderr, "%s: %s\n", name, fmt.Sprintf(format, a...))
 	return ExitFailure
+}
+
+// Brokers parses a comma-separated list of Kafka brokers, each host:port
+// with a port of 1 to 65535; from names where the list came from (a flag
+// or a variable) in the error. An empty entry is refused, not dropped: the
+// client would dial its default localhost:9092 for it, and a broker there
+// would be used silently.
+func Brokers(list, from string) ([]string, error) {
+	parts := strings.Split(list, ",")
+	out := make([]string, 0, len(parts))
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			return nil, fmt.Errorf("%s: broker %d of %d is empty", from, i+1, len(parts))
+		}
+		host, port, err := net.SplitHostPort(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not host:port", from, p)
+		}
+		if host == "" {
+			return nil, fmt.Errorf("%s: %q has no host", from, p)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("%s: %q has no port number (1-65535)", from, p)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }

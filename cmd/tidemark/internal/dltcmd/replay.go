@@ -117,17 +117,21 @@ read), 1 for a failure.
 			return usage("%v", err)
 		}
 	}
-	seeds := *brokers
-	if seeds == "" {
-		seeds = os.Getenv("TIDEMARK_KAFKA_BROKERS")
+	list, source := *brokers, "--brokers"
+	if list == "" {
+		list, source = os.Getenv("TIDEMARK_KAFKA_BROKERS"), "TIDEMARK_KAFKA_BROKERS"
 	}
-	if strings.TrimSpace(seeds) == "" {
+	if strings.TrimSpace(list) == "" {
 		return usage("no brokers: pass --brokers or set TIDEMARK_KAFKA_BROKERS")
+	}
+	seeds, err := cli.Brokers(list, source)
+	if err != nil {
+		return usage("%v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	r := &replay{from: *from, to: *to, group: *group, filter: f, dryRun: *dryRun, stdout: stdout}
-	sum, err := r.run(ctx, strings.Split(seeds, ","))
+	sum, err := r.run(ctx, seeds)
 	if err == nil || sum.Read > 0 {
 		fmt.Fprintln(stdout, sum.String(r)) // what was done before a failure, too
 	}
