@@ -96,7 +96,9 @@ func Transient(err error) error {
 
 // KindOf is the default classification: PermanentKind when err wraps a
 // *PermanentError, TransientKind when it wraps a *TransientError (the
-// outermost mark wins when both are there), Retryable otherwise.
+// outermost mark wins when both are there), Retryable otherwise. It finds
+// the marks errors.As finds: through Unwrap, both forms, and through an
+// error's As method.
 func KindOf(err error) ErrorKind {
 	for err != nil {
 		switch e := err.(type) {
@@ -104,6 +106,17 @@ func KindOf(err error) ErrorKind {
 			return PermanentKind
 		case *TransientError:
 			return TransientKind
+		case interface{ As(any) bool }:
+			var pe *PermanentError
+			if e.As(&pe) {
+				return PermanentKind
+			}
+			var te *TransientError
+			if e.As(&te) {
+				return TransientKind
+			}
+		}
+		switch e := err.(type) {
 		case interface{ Unwrap() []error }:
 			for _, inner := range e.Unwrap() {
 				if k := KindOf(inner); k != Retryable {

@@ -31,9 +31,42 @@ func TestKindOfFindsMarksAnywhere(t *testing.T) {
 		{"in a DecodeError", &runner.DecodeError{Record: "t/0@0", Err: p}, runner.PermanentKind},
 		{"outermost wins", runner.Transient(p), runner.TransientKind},
 		{"outermost wins, wrapped", fmt.Errorf("x: %w", runner.Permanent(fmt.Errorf("y: %w", tr))), runner.PermanentKind},
+		// A mark errors.As finds through an As method, not Unwrap.
+		{"through As", asMark{permanent: true}, runner.PermanentKind},
+		{"through As, transient", fmt.Errorf("x: %w", asMark{}), runner.TransientKind},
+		{"through As, in a join", errors.Join(errPoison, asMark{permanent: true}), runner.PermanentKind},
 	} {
+		if tc.want != runner.Retryable && tc.err != nil {
+			var pe *runner.PermanentError
+			var te *runner.TransientError
+			if !errors.As(tc.err, &pe) && !errors.As(tc.err, &te) {
+				t.Fatalf("%s: errors.As finds no mark: the case is wrong", tc.name)
+			}
+		}
 		if got := runner.KindOf(tc.err); got != tc.want {
 			t.Errorf("%s: KindOf = %v, want %v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// asMark is an error that is a mark only through its As method, as an
+// error type of a library may be.
+type asMark struct{ permanent bool }
+
+func (asMark) Error() string { return "as mark" }
+
+func (m asMark) As(target any) bool {
+	switch t := target.(type) {
+	case **runner.PermanentError:
+		if m.permanent {
+			*t = &runner.PermanentError{Err: errPoison}
+			return true
+		}
+	case **runner.TransientError:
+		if !m.permanent {
+			*t = &runner.TransientError{Err: errPoison}
+			return true
+		}
+	}
+	return false
 }
