@@ -33,8 +33,11 @@ const (
 	// that dead-lettered it, when the source names one.
 	HeaderGroup = "tidemark-group"
 	// HeaderErrorType is the Go type of the last error (for example
-	// "*fmt.wrapError", "*runner.PanicError"), or of the error it wraps
-	// when the runner's own marks (Permanent, Transient) are outermost.
+	// "*errors.errorString", "*runner.PanicError"), looking through the
+	// runner's marks (Permanent, Transient) and fmt.Errorf's single %w
+	// wrapping to the error they wrap, or a name of its own for the
+	// errors the runner knows ("context.DeadlineExceeded"); see
+	// ErrorType.
 	HeaderErrorType = "tidemark-error-type"
 	// HeaderError is the last error's message.
 	HeaderError = "tidemark-error"
