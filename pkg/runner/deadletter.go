@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"time"
@@ -25,7 +27,22 @@ const (
 	HeaderOriginOffset    = "tidemark-origin-offset"
 	// HeaderOriginTimestamp is the failed record's timestamp.
 	HeaderOriginTimestamp = "tidemark-origin-timestamp"
-	// HeaderOriginKey is the failed record's key; absent for a nil key.
+	// HeaderOriginKeySHA256 is the hex SHA-256 of the failed record's key
+	// when the key is longer than MaxOriginKeyHeader, in place of
+	// HeaderOriginKey: a header copying a large key could make the dead
+	// letter too large for the broker.
+	HeaderOriginKeySHA256 = "tidemark-origin-key-sha256"
+	// HeaderDeadLetterCut says what a dead letter lacks of the failed
+	// record because the broker refused the whole one (too large or
+	// invalid, see RefusedError): "value,headers" (its value and its own
+	// headers), or "value,headers,key". `tidemark dlt replay` does not
+	// replay such a dead letter.
+	HeaderDeadLetterCut = "tidemark-dead-letter-cut"
+	// HeaderDeadLetterRefused is the broker's refusal of the fuller dead
+	// letter, when HeaderDeadLetterCut is there.
+	HeaderDeadLetterRefused = "tidemark-dead-letter-refused"
+	// HeaderOriginKey is the failed record's key; absent for a nil key, and
+	// for a key over MaxOriginKeyHeader bytes (see HeaderOriginKeySHA256).
 	// (The dead-letter record keeps the key as its own key too; the header
 	// survives a redrive that re-keys.)
 	HeaderOriginKey = "tidemark-origin-key"
@@ -57,13 +74,24 @@ const (
 var failureHeaders = map[string]bool{
 	HeaderGroup: true, HeaderErrorType: true, HeaderError: true, HeaderErrorKind: true,
 	HeaderAttempts: true, HeaderFirstFailure: true, HeaderLastFailure: true,
+	HeaderDeadLetterCut: true, HeaderDeadLetterRefused: true,
 }
 
 // originHeaders are the headers of a record's origin.
 var originHeaders = map[string]bool{
 	HeaderOriginTopic: true, HeaderOriginPartition: true, HeaderOriginOffset: true,
-	HeaderOriginTimestamp: true, HeaderOriginKey: true,
+	HeaderOriginTimestamp: true, HeaderOriginKey: true, HeaderOriginKeySHA256: true,
 }
+
+// MaxOriginKeyHeader is the longest key HeaderOriginKey copies; a longer
+// one is carried as HeaderOriginKeySHA256. Every header tidemark adds is
+// bounded so (the error by MaxErrorHeader, the error type and the group
+// by maxNameHeader): the dead letter of a record the broker accepted is
+// then at most the record plus a few KiB.
+const MaxOriginKeyHeader = 1 << 10
+
+// maxNameHeader bounds the error type and group headers.
+const maxNameHeader = 256
 
 // deadLetterHeaders returns rec's headers followed by the dead-letter
 // headers, in a new slice (the record's own are never changed). The origin
@@ -88,21 +116,72 @@ func deadLetterHeaders(rec *Record, group string, cause error, kind ErrorKind, a
 		if !rec.Timestamp.IsZero() {
 			hs = append(hs, Header{Key: HeaderOriginTimestamp, Value: rfc3339(rec.Timestamp)})
 		}
-		if rec.Key != nil {
+		switch {
+		case rec.Key == nil:
+		case len(rec.Key) <= MaxOriginKeyHeader:
 			hs = append(hs, Header{Key: HeaderOriginKey, Value: rec.Key})
+		default:
+			sum := sha256.Sum256(rec.Key)
+			hs = append(hs, Header{Key: HeaderOriginKeySHA256, Value: hex.AppendEncode(nil, sum[:])})
 		}
 	}
 	if group != "" {
-		hs = append(hs, Header{Key: HeaderGroup, Value: []byte(group)})
+		hs = append(hs, Header{Key: HeaderGroup, Value: clip(group, maxNameHeader)})
 	}
 	return append(hs,
-		Header{Key: HeaderErrorType, Value: []byte(ErrorType(cause))},
+		Header{Key: HeaderErrorType, Value: clip(ErrorType(cause), maxNameHeader)},
 		Header{Key: HeaderError, Value: clip(cause.Error(), MaxErrorHeader)},
 		Header{Key: HeaderErrorKind, Value: []byte(kind.String())},
 		Header{Key: HeaderAttempts, Value: strconv.AppendInt(nil, int64(attempts), 10)},
 		Header{Key: HeaderFirstFailure, Value: rfc3339(first)},
 		Header{Key: HeaderLastFailure, Value: rfc3339(last)},
 	)
+}
+
+// RefusedError is a dead-letter write the broker refused for the record
+// as it is, which retrying cannot change: too large (MESSAGE_TOO_LARGE,
+// also franz-go's own for a record over its ProducerBatchMaxBytes,
+// RECORD_LIST_TOO_LARGE, the dead-letter topic's max.message.bytes) or
+// invalid (INVALID_RECORD). The sources' DeadLetterWriters return one
+// (errors.As finds it); a writer of yours should too. The runner then
+// writes a smaller dead letter: without the record's value and own
+// headers, then without its key (HeaderDeadLetterCut), and if even that
+// is refused, it retries with backoff, the record holding its partition,
+// and says so in the log, in tidemark.dead_letters.refused and on the
+// status page.
+type RefusedError struct {
+	Err error
+}
+
+func (e *RefusedError) Error() string {
+	return "the broker refuses the record as it is: " + e.Err.Error()
+}
+
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// cutDeadLetter returns dl, a dead letter, cut for the step-th
+// time after the broker refused the fuller one with refused: step 1 drops
+// the value and the failed record's own headers, step 2 the key too. The origin and
+// failure headers stay, all bounded.
+func cutDeadLetter(dl Record, step int, refused error) Record {
+	out := dl
+	out.Value = nil
+	out.Headers = make([]Header, 0, len(dl.Headers)+2)
+	for _, h := range dl.Headers {
+		// Only the origin and failure headers: rec's own go.
+		if originHeaders[h.Key] || (failureHeaders[h.Key] && h.Key != HeaderDeadLetterCut && h.Key != HeaderDeadLetterRefused) {
+			out.Headers = append(out.Headers, h)
+		}
+	}
+	cut := "value,headers"
+	if step >= 2 {
+		out.Key = nil
+		cut += ",key"
+	}
+	out.Headers = append(out.Headers,
+		Header{Key: HeaderDeadLetterCut, Value: []byte(cut)},
+		Header{Key: HeaderDeadLetterRefused, Value: clip(refused.Error(), 1<<10)})
+	return out
 }
 
 // MaxErrorHeader bounds the bytes of the HeaderError header: an error

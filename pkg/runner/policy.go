@@ -199,17 +199,37 @@ func (r *Runner) deadLetter(ctx context.Context, t *task, cause error, kind Erro
 	rt := t.route
 	rec := t.rec
 	rec.Headers = deadLetterHeaders(&t.rec, r.group, cause, kind, a.n, a.first, a.last)
+	cuts := 0
 	for i := 1; ; i++ {
 		err := r.writeDeadLetter(ctx, rt, rec)
 		if err == nil {
-			r.log.Error("record dead-lettered", "record", t.rec.String(), "topic", rt.policy.topic, "attempts", a.n, "kind", kind.String(), "err", cause)
+			r.log.Error("record dead-lettered", "record", t.rec.String(), "topic", rt.policy.topic, "attempts", a.n, "kind", kind.String(), "err", cause, "cut", cuts > 0)
 			r.tel.deadLetter(ctx, t)
 			return true
 		}
 		if ctx.Err() != nil {
 			return false
 		}
-		r.log.Warn("dead-letter write failed; retrying, the record holds its partition", "record", t.rec.String(), "err", err)
+		var refused *RefusedError
+		if errors.As(err, &refused) {
+			r.tel.deadLetterRefused(ctx, t, cuts)
+			if cuts < 2 {
+				// Retrying the same bytes cannot succeed: a smaller dead
+				// letter, at once.
+				cuts++
+				r.log.Warn("dead letter refused by the broker; writing it without the record's value and headers"+map[bool]string{true: " and key", false: ""}[cuts == 2], "record", t.rec.String(), "topic", rt.policy.topic, "err", err)
+				rec = cutDeadLetter(rec, cuts, err)
+				i = 0
+				continue
+			}
+			// Even the origin and failure headers alone are refused:
+			// only the topic's configuration can change that. Loud, and
+			// on the status page as the record's last error.
+			t.fail.Store(&failure{attempts: a.n, err: "dead-letter write refused even cut to its headers: " + err.Error(), kind: kind})
+			r.log.Error("dead letter refused even without the record's key, value and headers; retrying, the record holds its partition until the dead-letter topic takes it (see its max.message.bytes)", "record", t.rec.String(), "topic", rt.policy.topic, "err", err)
+		} else {
+			r.log.Warn("dead-letter write failed; retrying, the record holds its partition", "record", t.rec.String(), "err", err)
+		}
 		if !r.sleep(ctx, rt, i) {
 			return false
 		}

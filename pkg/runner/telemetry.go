@@ -64,6 +64,7 @@ type telemetry struct {
 
 	handledC, failedC           metric.Int64Counter
 	retried, deadLettered       metric.Int64Counter
+	dlRefused                   metric.Int64Counter
 	skipped, stale, lost        metric.Int64Counter
 	revokes, pauses, outOfOrder metric.Int64Counter
 	commitFailures, windowFull  metric.Int64Counter
@@ -154,6 +155,7 @@ func newTelemetry(mp metric.MeterProvider, r *Runner) (*telemetry, error) {
 	t.retried = counter("tidemark.records.retried", "{attempt}", "Handler attempts retried after a failure.")
 	t.deadLettered = counter("tidemark.records.dead_lettered", "{record}", "Records written to the dead-letter topic.")
 	t.skipped = counter("tidemark.records.skipped", "{record}", "Records skipped by the Skip policy.")
+	t.dlRefused = counter("tidemark.dead_letters.refused", "{write}", "Dead-letter writes the broker refused for the record as it was (too large or invalid); tidemark.dead_letter.cut says what it lacked already.")
 	t.stale = counter("tidemark.completions.stale", "{completion}", "Completions from an old assignment or for a partition not owned, dropped.")
 	t.lost = counter("tidemark.partitions.lost", "{partition}", "Partitions lost (nothing committed for them afterwards).")
 	t.revokes = counter("tidemark.revokes", "{revoke}", "Revokes drained.")
@@ -418,6 +420,20 @@ func (p *processing) cancelled(err error) {
 // deadLetter counts t's record as written to the dead-letter topic.
 func (tel *telemetry) deadLetter(ctx context.Context, t *task) {
 	tel.deadLettered.Add(ctx, 1, t.ps.tel.add...)
+}
+
+// cutNames are the values of the tidemark.dead_letter.cut attribute: what
+// the refused dead letter lacked already.
+var cutNames = [...]string{"none", "value,headers", "value,headers,key"}
+
+// deadLetterRefused counts a dead-letter write of t's record the broker
+// refused as it was (RefusedError), cut cuts times already.
+func (tel *telemetry) deadLetterRefused(ctx context.Context, t *task, cuts int) {
+	if tel.dlRefused == nil {
+		return
+	}
+	kv := append(partitionKV(tel.groupKV, t.ps.tp), attribute.String("tidemark.dead_letter.cut", cutNames[min(cuts, 2)]))
+	tel.dlRefused.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(kv...)))
 }
 
 // result is how the processing ended: the record's result, or the first

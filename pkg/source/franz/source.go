@@ -16,6 +16,7 @@ import (
 	"github.com/tidemark/tidemark/internal/kgocontact"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/internal/args"
+	"github.com/tidemark/tidemark/pkg/source/internal/kgorec"
 )
 
 // Source is a runner.Source and runner.DeadLetterWriter over one franz-go
@@ -320,17 +321,7 @@ func (s *Source) fetchedErr(ctx context.Context, err error) error {
 // kerr.UnknownTopicOrPartition after the client's retries, unless the
 // broker creates topics on demand. It is safe to call concurrently.
 func (s *Source) WriteDeadLetter(ctx context.Context, topic string, rec runner.Record) error {
-	r := &kgo.Record{Topic: topic, Key: rec.Key, Value: rec.Value}
-	if len(rec.Headers) > 0 {
-		r.Headers = make([]kgo.RecordHeader, len(rec.Headers))
-		for i, h := range rec.Headers {
-			r.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
-		}
-	}
-	if err := s.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-		return fmt.Errorf("franz: dead-letter write of %s to %q: %w", rec.String(), topic, err)
-	}
-	return nil
+	return kgorec.WriteDeadLetter(ctx, s.cl, "franz", topic, rec)
 }
 
 // Close leaves the group and closes the client, waiting for franz-go to

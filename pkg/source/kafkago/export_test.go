@@ -59,3 +59,7 @@ func (c *callCounter) Fetched(ctx context.Context, b []runner.Batch) (int, error
 	c.n++
 	return c.Sink.Fetched(ctx, b)
 }
+
+// RefusedForTest is refused: whether a write error is one the same
+// message meets on every retry.
+func RefusedForTest(err error) bool { return refused(err) }

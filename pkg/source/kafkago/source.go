@@ -759,9 +759,31 @@ func (s *Source) WriteDeadLetter(ctx context.Context, topic string, rec runner.R
 		}
 	}
 	if err := s.writer.WriteMessages(ctx, m); err != nil {
+		if refused(err) {
+			err = &runner.RefusedError{Err: err}
+		}
 		return fmt.Errorf("kafkago: dead-letter write of %s to %q: %w", rec.String(), topic, err)
 	}
 	return nil
+}
+
+// refused reports whether err is a write error that the same message
+// meets on every retry: too large (the broker's, the topic's
+// max.message.bytes, or the Writer's own BatchBytes check, a
+// MessageTooLargeError) or invalid. kafka-go returns a WriteErrors, one
+// per message, from a synchronous write.
+func refused(err error) bool {
+	var we kafka.WriteErrors
+	if errors.As(err, &we) {
+		for _, e := range we {
+			if e != nil && refused(e) {
+				return true
+			}
+		}
+		return false
+	}
+	return errors.Is(err, kafka.MessageSizeTooLarge) || errors.Is(err, kafka.RecordListTooLarge) ||
+		errors.Is(err, kafka.InvalidRecord) || errors.Is(err, kafka.InvalidMessage)
 }
 
 // Close leaves the group and releases the connections: it waits for a

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/tidemark/pkg/runner"
+	"github.com/tidemark/tidemark/pkg/source/internal/kgorec"
 )
 
 // Source is a runner.Source and runner.Settler over a share group. Create
@@ -327,17 +328,7 @@ func (s *Source) LimitFetch(l runner.FetchLimits) error {
 // write, or with the produce error; ctx bounds the wait. It is safe to call
 // concurrently.
 func (s *Source) WriteDeadLetter(ctx context.Context, topic string, rec runner.Record) error {
-	r := &kgo.Record{Topic: topic, Key: rec.Key, Value: rec.Value}
-	if len(rec.Headers) > 0 {
-		r.Headers = make([]kgo.RecordHeader, len(rec.Headers))
-		for i, h := range rec.Headers {
-			r.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
-		}
-	}
-	if err := s.sessions[0].cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-		return fmt.Errorf("share: dead-lettering %s to %s: %w", rec.String(), topic, err)
-	}
-	return nil
+	return kgorec.WriteDeadLetter(ctx, s.sessions[0].cl, "share", topic, rec)
 }
 
 // Close stops the sessions, releases every record still held (the runner

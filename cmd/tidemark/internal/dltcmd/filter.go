@@ -44,6 +44,10 @@ const (
 	LeftNoOrigin    = "no origin headers"
 	LeftOtherOrigin = "other origin topic"
 	LeftFiltered    = "filtered out"
+	// LeftCut is a dead letter the runner wrote without the record's
+	// value (the broker refused the whole one): there is nothing to
+	// replay. Its origin headers say which record it was.
+	LeftCut = "cut, without the record's value"
 )
 
 // header returns the last header named key.
@@ -73,6 +77,9 @@ func (f *Filter) Match(hs []runner.Header) (Origin, string) {
 	}
 	if f.OriginTopic != "" && o.Topic != f.OriginTopic {
 		return o, LeftOtherOrigin
+	}
+	if _, cut := header(hs, runner.HeaderDeadLetterCut); cut {
+		return o, LeftCut
 	}
 	if f.Partition >= 0 && o.Partition != f.Partition {
 		return o, LeftFiltered

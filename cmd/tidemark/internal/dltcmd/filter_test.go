@@ -35,6 +35,7 @@ func TestFilterMatch(t *testing.T) {
 		{"everything", any, letter, ""},
 		{"no origin", any, headers("trace", "t1"), dltcmd.LeftNoOrigin},
 		{"malformed origin", any, headers(runner.HeaderOriginTopic, "orders", runner.HeaderOriginPartition, "x", runner.HeaderOriginOffset, "1"), dltcmd.LeftNoOrigin},
+		{"cut", any, append(slices.Clone(letter), runner.Header{Key: runner.HeaderDeadLetterCut, Value: []byte("value,headers")}), dltcmd.LeftCut},
 		{"origin topic", dltcmd.Filter{OriginTopic: "orders", Partition: -1, To: -1}, letter, ""},
 		{"other origin topic", dltcmd.Filter{OriginTopic: "refunds", Partition: -1, To: -1}, letter, dltcmd.LeftOtherOrigin},
 		{"partition", dltcmd.Filter{Partition: 2, To: -1}, letter, ""},

@@ -72,7 +72,9 @@ replay, so replaying twice applies nothing twice.
 
 Only dead letters with origin headers are replayed, and by default only
 those whose origin topic is --to: a dead-letter topic shared by several
-topics is not replayed into the wrong one. Every group consuming --to
+topics is not replayed into the wrong one. A dead letter the runner cut
+(tidemark-dead-letter-cut: the broker refused the whole record) has no
+value to replay and is left. Every group consuming --to
 receives the records; a group without pkg/inbox applies them again.
 
 With --group the command commits the end offsets it read on --from once
@@ -167,7 +169,7 @@ func (s summary) String(r *replay) string {
 	}
 	out := fmt.Sprintf("tidemark dlt replay: read %d dead letters of %s, %s %d to %s", s.Read, r.from, verb, s.Replayed, r.to)
 	var left []string
-	for _, why := range []string{LeftNoOrigin, LeftOtherOrigin, LeftFiltered} {
+	for _, why := range []string{LeftNoOrigin, LeftOtherOrigin, LeftCut, LeftFiltered} {
 		if n := s.Left[why]; n > 0 {
 			left = append(left, fmt.Sprintf("%d %s", n, why))
 		}
