@@ -115,3 +115,45 @@ func TestExpiredAcksGoAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitingRecordsRenewed: a fetch of 8 handed over one or two records
+// at a time (water marks (2, 1), one worker, 250 ms a record) takes about
+// 2 s, twice the 1 s lock: the records waiting in the session must be
+// renewed all along, through the pauses and resumes between hand-overs,
+// and each run once, at its first delivery. (Found by review: each wait
+// between hand-overs restarted the renewal timer, which a resume sooner
+// than a third of the lock always beat.)
+func TestWaitingRecordsRenewed(t *testing.T) {
+	t.Parallel()
+	const topic, group, n = "t", "g", 8
+	c := fake(t, topic, 1, n, kfake.BrokerConfigs(map[string]string{
+		"group.share.record.lock.duration.ms": "1000",
+		"group.share.delivery.count.limit":    "5",
+		"share.record.lock.sweep.interval.ms": "50",
+	}))
+	c.SetGroupConfigs(group, map[string]string{"share.auto.offset.reset": "earliest"})
+	src, err := share.New(c.ListenAddrs(), group, []string{topic}, share.Sessions(1), share.MaxPollRecords(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	counts := map[int64][]int32{}
+	stop := run(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+		mu.Lock()
+		counts[rec.Offset] = append(counts[rec.Offset], rec.DeliveryCount)
+		mu.Unlock()
+		time.Sleep(250 * time.Millisecond)
+		return nil
+	}), runner.Failure(runner.Skip(1)), runner.WaterMarks(2, 1), runner.Concurrency(1), runner.Order(runner.Unordered))
+	waitFor(t, "every record acknowledged", func() bool { return lag(t, c, group, topic) == 0 })
+	if err := stop(5 * time.Second); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for off := range int64(n) {
+		if got := counts[off]; len(got) != 1 || got[0] != 1 {
+			t.Errorf("offset %d: handler calls with delivery counts %v, want one call at delivery 1", off, got)
+		}
+	}
+}

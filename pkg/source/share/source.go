@@ -383,7 +383,7 @@ func (s *Source) Close() error {
 		go func() {
 			defer wg.Done()
 			ss.sendStale(ctx)
-			if err := ss.cl.FlushAcks(ctx); err != nil {
+			if err := ss.flush(ctx); err != nil {
 				errc[i] = fmt.Errorf("share: session %d: flushing acks: %w", i, err)
 			}
 			if err := ss.cl.LeaveGroupContext(ctx); err != nil && errc[i] == nil {
