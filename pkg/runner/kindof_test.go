@@ -31,6 +31,11 @@ func TestKindOfFindsMarksAnywhere(t *testing.T) {
 		{"in a DecodeError", &runner.DecodeError{Record: "t/0@0", Err: p}, runner.PermanentKind},
 		{"outermost wins", runner.Transient(p), runner.TransientKind},
 		{"outermost wins, wrapped", fmt.Errorf("x: %w", runner.Permanent(fmt.Errorf("y: %w", tr))), runner.PermanentKind},
+		// A handler that panics with a marked error: the panic is a
+		// failed attempt of that kind.
+		{"panic of a mark", &runner.PanicError{Record: "t/0@0", In: "handler", Value: p}, runner.PermanentKind},
+		{"panic of a wrapped mark", &runner.PanicError{Record: "t/0@0", In: "handler", Value: fmt.Errorf("x: %w", tr)}, runner.TransientKind},
+		{"panic of a string", &runner.PanicError{Record: "t/0@0", In: "handler", Value: "permanent"}, runner.Retryable},
 		// A mark errors.As finds through an As method, not Unwrap.
 		{"through As", asMark{permanent: true}, runner.PermanentKind},
 		{"through As, transient", fmt.Errorf("x: %w", asMark{}), runner.TransientKind},

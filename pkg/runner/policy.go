@@ -30,6 +30,14 @@ func (e *PanicError) Error() string {
 	return fmt.Sprintf("runner: %s panicked on %s: %v", e.In, e.Record, e.Value)
 }
 
+// Unwrap returns the panic's value when it is an error, so that a panic
+// with a marked error (panic(runner.Permanent(err))) is classified by its
+// mark, and errors.Is and errors.As see what was thrown.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
 // execute runs one record's handler under its topic's failure policy.
 func (r *Runner) execute(t *task) {
 	rt := t.route
