@@ -102,7 +102,13 @@ func (r *Runner) executeBatch(b *batch) {
 			b.firstFail = now
 		}
 		b.lastFail = now
-		pr.failed(ctx, cause, n-b.from)
+		// A BatchError names the one record that failed; the others
+		// after it did not (they run again).
+		failedN := n - b.from
+		if !whole {
+			failedN = 1
+		}
+		pr.failed(ctx, cause, failedN)
 		f := &failure{attempts: attempt, err: cause.Error(), kind: kind}
 		for _, t := range b.tasks[b.from:] {
 			t.fail.Store(f)

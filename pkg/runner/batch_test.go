@@ -79,14 +79,20 @@ func TestBatchErrorRetriesFromTheFailedRecord(t *testing.T) {
 			}
 			return nil
 		}
+		m := newMeter()
 		r := newRunner(t, src, runner.HandleBatch(topic, h, runner.BatchSize(10)), runner.Order(runner.PartitionOrder),
-			runner.Backoff(time.Millisecond, time.Millisecond), runner.CommitInterval(2*time.Millisecond))
+			runner.Backoff(time.Millisecond, time.Millisecond), runner.CommitInterval(2*time.Millisecond), runner.MeterProvider(m.provider))
 		started(t, r)
 		assign(t, src, tp(0))
 		await(t, time.Second, "committed past the batch", committedAt(src, 0, 6))
 		want := []batchCall{{[]int64{0, 1, 2, 3, 4, 5}, 1}, {[]int64{2, 3, 4, 5}, 2}, {[]int64{2, 3, 4, 5}, 3}}
 		if got := log.get(); !callsEqual(got, want) {
 			t.Fatalf("calls %v, want %v", got, want)
+		}
+		// Two failed attempts of the one record the BatchError named: the
+		// records after it did not fail.
+		if n := m.sum(t, "tidemark.records.failed"); n != 2 {
+			t.Fatalf("tidemark.records.failed = %d, want 2 (offset 2, twice)", n)
 		}
 	})
 }
