@@ -324,7 +324,7 @@ func (s *pollState) complete(ps *partState, t *task) {
 		case rebalance.Advanced:
 			s.applyPosition(ps)
 		case rebalance.OldAssignment, rebalance.NotOwner:
-			s.tel.stale.Add(context.Background(), 1)
+			s.tel.stale.Add(context.Background(), 1, ps.tel.add...)
 		}
 	}
 	if t.res == resFenced && !ps.closed && (ps.fencedOff < 0 || t.rec.Offset < ps.fencedOff) {

@@ -32,7 +32,7 @@ func (s *pollState) deliver(b *Batch) {
 			// A redelivered or out-of-order offset: the first delivery is
 			// tracked, so this copy is dropped, loudly.
 			s.log.Warn("record delivered out of order; dropped", "record", rec.String(), "err", err)
-			s.tel.outOfOrder.Add(context.Background(), 1)
+			s.tel.outOfOrder.Add(context.Background(), 1, ps.tel.add...)
 			continue
 		}
 		t := s.newTask()
@@ -172,7 +172,7 @@ func (s *pollState) onDone(t *task) {
 		case rebalance.Advanced:
 			s.applyPosition(ps)
 		case rebalance.OldAssignment, rebalance.NotOwner:
-			s.tel.stale.Add(context.Background(), 1)
+			s.tel.stale.Add(context.Background(), 1, ps.tel.add...)
 		}
 	}
 	if t.res == resFenced && !ps.closed && (ps.fencedOff < 0 || t.rec.Offset < ps.fencedOff) {

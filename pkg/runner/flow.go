@@ -98,11 +98,16 @@ func (s *pollState) checkFlow(ps *partState) {
 		}
 		if ps.paused && !ps.windowWarned && cfg.window-outstanding < s.pollChunk() {
 			ps.windowWarned = true
-			s.tel.windowFull.Add(context.Background(), 1)
+			s.tel.windowFull.Add(context.Background(), 1, ps.tel.add...)
 			o := s.oldest(ps)
-			s.log.Warn("partition paused: its uncommitted window is full behind its oldest unfinished record",
-				"partition", ps.tp.String(), "window", cfg.window, "outstanding", outstanding,
-				"oldest", o.record(ps.tp), "state", o.state.String(), "attempts", o.attempts, "err", o.err, "age", o.age)
+			args := []any{"partition", ps.tp.String(), "window", cfg.window, "outstanding", outstanding,
+				"oldest", o.record(ps.tp), "state", o.state.String(), "age", o.age}
+			if o.attempts > 0 {
+				// Only a record that failed has attempts and an error
+				// to show; one still running or queued has neither.
+				args = append(args, "attempts", o.attempts, "err", o.err)
+			}
+			s.log.Warn("partition paused: its uncommitted window is full behind its oldest unfinished record", args...)
 		}
 	}
 	s.setBand(ps)
@@ -135,7 +140,6 @@ func (s *pollState) flushFlow() {
 	if len(s.flowDirty) == 0 {
 		return
 	}
-	paused := len(s.acts.pause)
 	for _, ps := range s.flowDirty {
 		if ps.closed {
 			continue
@@ -150,13 +154,11 @@ func (s *pollState) flushFlow() {
 		ps.srcPaused = want
 		if want {
 			s.acts.pause = append(s.acts.pause, ps.tp)
+			s.tel.pauses.Add(context.Background(), 1, ps.tel.add...)
 		} else {
 			s.acts.resume = append(s.acts.resume, ps.tp)
 		}
 	}
 	clear(s.flowDirty)
 	s.flowDirty = s.flowDirty[:0]
-	if n := len(s.acts.pause) - paused; n > 0 {
-		s.tel.pauses.Add(context.Background(), int64(n))
-	}
 }

@@ -71,6 +71,9 @@ func TestPauseAtHighResumeAtLow(t *testing.T) {
 		if n := m.sum(t, "tidemark.partitions.pauses"); n < 10 {
 			t.Fatalf("%d pauses for 800 records through a 40-record window: partitions were not resumed at the low water mark", n)
 		}
+		if ids := m.partitionsOf(t, "tidemark.partitions.pauses"); len(ids) != 2 || ids[0] == "" || ids[1] == "" {
+			t.Fatalf("tidemark.partitions.pauses has data points for partitions %q, want one per partition", ids)
+		}
 		await(t, time.Second, "all committed", committedAt(src, 0, n))
 	})
 }

@@ -133,6 +133,20 @@ func (m *meter) sum(t *testing.T, name string) int64 {
 	return total
 }
 
+// partitionsOf returns the partition ids (messaging.destination.partition.id)
+// of the data points of an Int64 counter; "" for a point without one.
+func (m *meter) partitionsOf(t *testing.T, name string) []string {
+	t.Helper()
+	var ids []string
+	if s, ok := m.metric(t, name).(metricdata.Sum[int64]); ok {
+		for _, dp := range s.DataPoints {
+			v, _ := dp.Attributes.Value("messaging.destination.partition.id")
+			ids = append(ids, v.AsString())
+		}
+	}
+	return ids
+}
+
 // count returns the number of measurements of a Float64 histogram.
 func (m *meter) count(t *testing.T, name string) uint64 {
 	t.Helper()

@@ -69,6 +69,9 @@ func TestPoisonKeyFillsTheWindowThenPauses(t *testing.T) {
 		if n := m.sum(t, "tidemark.partitions.window_pauses"); n != 1 {
 			t.Fatalf("tidemark.partitions.window_pauses = %d, want 1", n)
 		}
+		if ids := m.partitionsOf(t, "tidemark.partitions.window_pauses"); len(ids) != 1 || ids[0] != "0" {
+			t.Fatalf("tidemark.partitions.window_pauses has data points for partitions %q, want partition 0", ids)
+		}
 		if g := m.gauge(t, "tidemark.partition.uncommitted"); g != int64(p.Outstanding) {
 			t.Fatalf("tidemark.partition.uncommitted = %d, want %d", g, p.Outstanding)
 		}
