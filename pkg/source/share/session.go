@@ -76,7 +76,10 @@ type session struct {
 type lockedRec struct {
 	rec     *kgo.Record
 	until   time.Time
-	renewed bool
+	// tried: a renewal of it was marked, confirmed or not. One not
+	// confirmed may still have reached the broker: past until, such a
+	// lock may live on.
+	tried bool
 }
 
 // pendingAck is an ack the session has still to mark on its client. sure
@@ -106,7 +109,7 @@ func (ss *session) expired(l *lockedRec, now time.Time) (maybe, sure bool) {
 	if now.Before(l.until.Add(-ss.lockMargin())) {
 		return false, false
 	}
-	return true, !l.renewed && !now.Before(l.until)
+	return true, !l.tried && !now.Before(l.until)
 }
 
 func (ss *session) signal() {
@@ -232,7 +235,7 @@ func batchRecs(ss *session, batches []runner.Batch) []*kgo.Record {
 	return recs
 }
 
-// dropExpired leaves out of batches the records whose lock may have
+// dropExpired leaves out of batches the records whose lock surely
 // expired while they waited to be handed over, and queues their release
 // (to be sent alone). It returns what is left.
 func (ss *session) dropExpired(batches []runner.Batch) []runner.Batch {
@@ -250,12 +253,15 @@ func (ss *session) dropExpired(batches []runner.Batch) []runner.Batch {
 			if l == nil {
 				continue
 			}
-			if maybe, sure := ss.expired(l, now); maybe {
+			// Only a lock that surely expired: one that may live on
+			// runs (renewed alone meanwhile), as a release would bring
+			// it nearer the delivery limit without a handler attempt.
+			if _, sure := ss.expired(l, now); sure {
 				delete(ss.held, k)
 				if h := s.held[k]; h != nil && h.copies[0].rec == l.rec {
 					delete(s.held, k)
 				}
-				ss.stale = append(ss.stale, pendingAck{l.rec, kgo.AckRelease, sure})
+				ss.stale = append(ss.stale, pendingAck{l.rec, kgo.AckRelease, true})
 				dropped++
 				continue
 			}
@@ -548,17 +554,18 @@ func (ss *session) renewPeriod() time.Duration {
 
 // renew extends the lock of every record the session holds and sends the
 // renewals at once (franz-go would send a lone ack only after its 1s ack
-// timer), waiting at most period for them. A record whose lock surely
-// expired is not renewed, and one whose lock may have expired is renewed
-// in a request of its own: a renewal of an expired acquisition has every
-// ack of its partition in the request refused.
+// timer), waiting at most period for them. A record the broker delivered
+// again (its lock expired) is not renewed, and one whose lock may have
+// expired is renewed in a request of its own: a renewal of an expired
+// acquisition has every ack of its partition in the request refused, and
+// one of a live lock must not stop because a confirmation came late.
 func (ss *session) renew(ctx context.Context, period time.Duration) {
 	start := time.Now()
 	ss.src.mu.Lock()
 	var batch, alone []*lockedRec
 	for _, l := range ss.held {
-		switch maybe, sure := ss.expired(l, start); {
-		case sure:
+		switch maybe, _ := ss.expired(l, start); {
+		case l.until.IsZero():
 		case maybe:
 			alone = append(alone, l)
 		default:
@@ -603,6 +610,7 @@ func (ss *session) renewSend(ctx context.Context, ls []*lockedRec, from time.Tim
 		// A record settled meanwhile has a terminal ack: the renew is a
 		// no-op for it (franz-go renews only a record with no ack).
 		l.rec.Ack(kgo.AckRenew)
+		l.tried = true
 	}
 	clear(ss.refused)
 	ss.src.mu.Unlock()
@@ -614,7 +622,7 @@ func (ss *session) renewSend(ctx context.Context, ls []*lockedRec, from time.Tim
 	for _, l := range ls {
 		if !ss.refused[runner.TP{Topic: l.rec.Topic, Partition: l.rec.Partition}] && ss.lockFor > 0 && !l.until.IsZero() {
 			if end := from.Add(ss.lockFor); end.After(l.until) {
-				l.until, l.renewed = end, true
+				l.until = end
 			}
 		}
 	}
