@@ -102,9 +102,10 @@ type proc struct {
 
 func (e *ordersEnv) start(name string, port int, extraEnv ...string) *proc {
 	e.t.Helper()
-	cmd := exec.Command(e.svc, "-brokers", strings.Join(bed.Kafka(e.t), ","), "-dsn", e.dsn, "-group", e.group,
+	cmd := exec.Command(e.svc, "-brokers", strings.Join(bed.Kafka(e.t), ","), "-group", e.group,
 		"-topic", e.topic, "-dlq", e.topic+".dlq", "-http", fmt.Sprintf("127.0.0.1:%d", port))
-	cmd.Env = append(os.Environ(), extraEnv...)
+	// The DSN in the environment, not argv, where ps shows it.
+	cmd.Env = append(append(os.Environ(), "TIDEMARK_PG_DSN="+e.dsn), extraEnv...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		e.t.Fatal(err)

@@ -9,7 +9,8 @@
 // Configuration (flag, or the environment variable in brackets):
 //
 //	-brokers     Kafka seed brokers, comma-separated [TIDEMARK_KAFKA_BROKERS]
-//	-dsn         PostgreSQL connection string [TIDEMARK_PG_DSN] (never printed)
+//	-dsn         PostgreSQL connection string [TIDEMARK_PG_DSN] (never printed;
+//	             refused with a password in it: argv is visible to all)
 //	-group       consumer group (default orders) [ORDERS_GROUP]
 //	-topic       topic (default orders) [ORDERS_TOPIC]
 //	-dlq         dead-letter topic for malformed orders (default orders.dlq) [ORDERS_DLQ]
@@ -71,6 +72,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -142,6 +144,29 @@ func main() {
 	os.Exit(run(cfg, log))
 }
 
+// dsnHasPassword reports whether a connection string, URL
+// (postgres://user:pw@host) or key=value (password=pw), carries a
+// password. A string that parses as neither is left to the connection
+// setup, whose error does not quote it.
+func dsnHasPassword(dsn string) bool {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		if u, err := url.Parse(dsn); err == nil {
+			_, set := u.User.Password()
+			return set || u.Query().Has("password")
+		}
+		// Unparsable: look for user:password@ by hand.
+		rest := dsn[strings.Index(dsn, "://")+3:]
+		at := strings.LastIndex(rest, "@")
+		return at >= 0 && strings.Contains(rest[:at], ":")
+	}
+	for _, f := range strings.Fields(dsn) {
+		if k, _, ok := strings.Cut(f, "="); ok && strings.TrimSpace(k) == "password" {
+			return true
+		}
+	}
+	return false
+}
+
 func env(name, def string) string {
 	if v, ok := os.LookupEnv(name); ok && v != "" {
 		return v
@@ -191,6 +216,9 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 		c.share = true
 	default:
 		return c, fmt.Errorf("-mode / ORDERS_MODE %q: want group or share", *mode)
+	}
+	if c.dsn != "" && dsnHasPassword(c.dsn) {
+		return c, errors.New("-dsn holds a password, which argv shows to every user of the machine (ps, /proc): put the connection string in TIDEMARK_PG_DSN, or the password in PGPASSWORD or a passfile")
 	}
 	if c.dsn == "" {
 		c.dsn = env("TIDEMARK_PG_DSN", "")

@@ -78,3 +78,27 @@ func TestConfigEffect(t *testing.T) {
 		t.Errorf("orders -effect lax: %v, want an error naming -effect", err)
 	}
 }
+
+// TestConfigRefusesAPasswordInArgv: a -dsn with a password, URL or
+// key=value, is refused without quoting it, pointing to the environment;
+// one without a password is taken.
+func TestConfigRefusesAPasswordInArgv(t *testing.T) {
+	const secret = "s3cret-pw"
+	t.Setenv("TIDEMARK_KAFKA_BROKERS", "127.0.0.1:9092")
+	for _, dsn := range []string{
+		"postgres://orders:" + secret + "@127.0.0.1:5432/orders",
+		"postgresql://orders@127.0.0.1/orders?password=" + secret,
+		"host=127.0.0.1 user=orders password=" + secret,
+		"postgres://orders:" + secret + "@[::1",
+	} {
+		_, err := parseConfig([]string{"-dsn", dsn}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "TIDEMARK_PG_DSN") || strings.Contains(err.Error(), secret) {
+			t.Errorf("-dsn with a password: %v, want a refusal naming TIDEMARK_PG_DSN and not the password", err)
+		}
+	}
+	for _, dsn := range []string{"postgres://orders@127.0.0.1:5432/orders", "host=127.0.0.1 user=orders"} {
+		if c, err := parseConfig([]string{"-dsn", dsn}, &bytes.Buffer{}); err != nil || c.dsn != dsn {
+			t.Errorf("-dsn %q: %v, want it taken", dsn, err)
+		}
+	}
+}
