@@ -629,24 +629,15 @@ func (ss *session) renewSend(ctx context.Context, ls []*lockedRec, from time.Tim
 	return true
 }
 
-// flushNudge is how often flush asks the client again to send its acks.
-const flushNudge = 50 * time.Millisecond
-
 // flush sends the client's pending acks and waits for the broker's
-// answers, or until ctx ends. It asks the client again every flushNudge:
-// franz-go can miss a flush request that comes while it is sending an
-// earlier batch of acks, and then sends the new ones only at its 1 s ack
-// timer (seen on kfake: renewals flushed after 1.00 s, past a short
-// lock's renewal period).
+// answers, or until ctx ends. (franz-go can miss a request to flush that
+// comes while it sends an earlier batch of acks, and then sends them at
+// its 1 s ack timer. Asking it again every 50 ms cured that on kfake but
+// broke share sessions on the broker under load — INVALID_SHARE_SESSION_EPOCH,
+// then SHARE_SESSION_NOT_FOUND — so the source asks once, and a renewal
+// confirmed late is still renewed.)
 func (ss *session) flush(ctx context.Context) error {
-	for {
-		fctx, cancel := context.WithTimeout(ctx, flushNudge)
-		err := ss.cl.FlushAcks(fctx)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-	}
+	return ss.cl.FlushAcks(ctx)
 }
 
 // onAcks logs the acks the broker refused, and notes their partitions for
