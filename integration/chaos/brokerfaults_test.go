@@ -32,7 +32,7 @@ import (
 	"github.com/tidemark/tidemark/internal/testbed"
 )
 
-// The broker faults of a three-node cluster (issue 19). TestChaos deals
+// The broker faults of a three-node cluster. TestChaos deals
 // them, beside the others, when the bed is a cluster — TIDEMARK_KAFKA_NODES=3
 // scripts/testbed up, or make soak CLUSTER=3 — whose topic then has three
 // replicas (min.insync.replicas 2) and whose producers write with acks=all:

@@ -46,7 +46,7 @@ func holdCommit(t *testing.T, c *kafkatest.Cluster, group string) (held <-chan s
 // a commit, records keep being fetched and handled. The adapter held the
 // lock that guards ownership for the whole commit round trip and took the
 // same lock before every poll, so one slow OffsetCommit stopped all
-// fetching (issue 13: 1 of 20 records handled in 2 s while a commit was
+// fetching (before: 1 of 20 records handled in 2 s while a commit was
 // delayed by 3 s).
 func TestSlowCommitDoesNotStallFetching(t *testing.T) {
 	t.Parallel()
@@ -181,7 +181,7 @@ func TestLostWaitsForSentCommit(t *testing.T) {
 // committed offset to start from it. When that read fails, it goes on from
 // its own position; another member may have committed further in between,
 // and the rejoined member's commits must not move the group's offset back
-// (they did: issue 13 §3).
+// (they did, before the fix).
 func TestRejoinNeverCommitsBackward(t *testing.T) {
 	t.Parallel()
 	const records, ahead = 2000, 1900

@@ -26,7 +26,7 @@ func overlaps(a, b []byte) bool {
 // partition beyond the poll they came from share no memory with that poll's
 // buffers, and the poll's reusable record buffers keep nothing of it, so
 // that nothing of a fetch stays alive once the runner copied what it was
-// handed (issue 13 §1: one parked record pinned a whole fetch response).
+// handed (before: one parked record pinned a whole fetch response).
 // Keys, values and headers are kept exactly, nil and empty alike.
 func TestParkedRecordsOwnTheirMemory(t *testing.T) {
 	t.Parallel()
