@@ -74,8 +74,8 @@ type session struct {
 // past it, the lock may still live. A zero until is a lock known to have
 // expired: the broker delivered the record again.
 type lockedRec struct {
-	rec     *kgo.Record
-	until   time.Time
+	rec   *kgo.Record
+	until time.Time
 	// tried: a renewal of it was marked, confirmed or not. One not
 	// confirmed may still have reached the broker: past until, such a
 	// lock may live on.
