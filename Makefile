@@ -92,6 +92,8 @@ test:
 # unit tests) and on the dashboard's queries; under a second once promtool
 # is there (its first run fetches Debian's prometheus package, 19 MB).
 vet: mod-check
+	@out=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt: not formatted (run gofmt -w):"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags integration $(INTEGRATION_PKGS)
 	$(GO) vet -tags tidemark_unsafe ./pkg/inbox/ ./examples/orders/...
