@@ -112,6 +112,12 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		ss := &session{src: s, id: i, held: map[recKey]*lockedRec{}, refused: map[runner.TP]bool{}, wake: make(chan struct{}, 1), contact: contactOf(s.joins, i)}
 		kopts := append([]kgo.Opt{
 			kgo.WithLogger(kgoLogger{cfg.logger.With("component", "franz-go", "group", group, "session", i)}),
+			// A share fetch in flight holds the session's acks, its
+			// renewals too, until it returns: one that slipped out as a
+			// poll returned waits for records up to FetchMaxWait. A
+			// second, not franz-go's 5 s, keeps that well under a lock;
+			// ClientOptions may set another.
+			kgo.FetchMaxWait(defaultFetchMaxWait),
 		}, cfg.clientOpts...)
 		kopts = append(kopts,
 			kgo.SeedBrokers(brokers...),
@@ -156,6 +162,10 @@ func (s *Source) closeClients() {
 		ss.cl.Close()
 	}
 }
+
+// defaultFetchMaxWait is the share sessions' FetchMaxWait unless
+// ClientOptions sets one.
+const defaultFetchMaxWait = time.Second
 
 // Group returns the share group the Source was created for. The runner reads
 // it (runner.Grouped) for messaging.consumer.group.name on its spans and
