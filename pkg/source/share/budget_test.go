@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/share"
@@ -17,8 +18,8 @@ import (
 // the client with their locks running: the broker would deliver them
 // again and, at the delivery limit, archive them before any handler saw
 // them. One session, a fetch of 8, water marks (10, 8): the budget after
-// the first hand-overs is under 8. Even offsets outlast the lock (theirs
-// are renewed); every offset must reach a handler, each at its first
+// the first hand-overs is under 8. Even offsets outlast the 2 s lock
+// (theirs are renewed); every offset must reach a handler, each at its first
 // delivery.
 func TestBudgetBelowMaxPollRecords(t *testing.T) {
 	t.Parallel()
@@ -26,12 +27,14 @@ func TestBudgetBelowMaxPollRecords(t *testing.T) {
 	// kfake takes the lock duration and the delivery limit from the
 	// broker's configs, not the group's.
 	c := fake(t, topic, 1, n, kfake.BrokerConfigs(map[string]string{
-		"group.share.record.lock.duration.ms": "1000",
+		"group.share.record.lock.duration.ms": "2000",
 		"group.share.delivery.count.limit":    "2",
 		"share.record.lock.sweep.interval.ms": "100",
 	}))
 	c.SetGroupConfigs(group, map[string]string{"share.auto.offset.reset": "earliest"})
-	src, err := share.New(c.ListenAddrs(), group, []string{topic}, share.Sessions(1), share.MaxPollRecords(8))
+	src, err := share.New(c.ListenAddrs(), group, []string{topic}, share.Sessions(1), share.MaxPollRecords(8),
+		// Well under the lock: a fetch in flight holds the acks.
+		share.ClientOptions(kgo.FetchMaxWait(100*time.Millisecond)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +46,7 @@ func TestBudgetBelowMaxPollRecords(t *testing.T) {
 		mu.Unlock()
 		if rec.Offset%2 == 0 {
 			select {
-			case <-time.After(2500 * time.Millisecond):
+			case <-time.After(5 * time.Second):
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -80,7 +83,9 @@ func TestExpiredAcksGoAlone(t *testing.T) {
 		"share.record.lock.sweep.interval.ms": "100",
 	}))
 	c.SetGroupConfigs(group, map[string]string{"share.auto.offset.reset": "earliest"})
-	src, err := share.New(c.ListenAddrs(), group, []string{topic}, share.Sessions(1), share.MaxPollRecords(8))
+	src, err := share.New(c.ListenAddrs(), group, []string{topic}, share.Sessions(1), share.MaxPollRecords(8),
+		// Well under the lock: a fetch in flight holds the acks.
+		share.ClientOptions(kgo.FetchMaxWait(100*time.Millisecond)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +122,8 @@ func TestExpiredAcksGoAlone(t *testing.T) {
 }
 
 // TestWaitingRecordsRenewed: a fetch of 8 handed over one or two records
-// at a time (water marks (2, 1), one worker, 250 ms a record) takes about
-// 2 s, twice the 1 s lock: the records waiting in the session must be
+// at a time (water marks (2, 1), one worker, 500 ms a record) takes about
+// 4 s, twice the 2 s lock: the records waiting in the session must be
 // renewed all along, through the pauses and resumes between hand-overs,
 // and each run once, at its first delivery. (Found by review: each wait
 // between hand-overs restarted the renewal timer, which a resume sooner
@@ -127,12 +132,14 @@ func TestWaitingRecordsRenewed(t *testing.T) {
 	t.Parallel()
 	const topic, group, n = "t", "g", 8
 	c := fake(t, topic, 1, n, kfake.BrokerConfigs(map[string]string{
-		"group.share.record.lock.duration.ms": "1000",
+		"group.share.record.lock.duration.ms": "2000",
 		"group.share.delivery.count.limit":    "5",
 		"share.record.lock.sweep.interval.ms": "50",
 	}))
 	c.SetGroupConfigs(group, map[string]string{"share.auto.offset.reset": "earliest"})
-	src, err := share.New(c.ListenAddrs(), group, []string{topic}, share.Sessions(1), share.MaxPollRecords(8))
+	src, err := share.New(c.ListenAddrs(), group, []string{topic}, share.Sessions(1), share.MaxPollRecords(8),
+		// Well under the lock: a fetch in flight holds the acks.
+		share.ClientOptions(kgo.FetchMaxWait(100*time.Millisecond)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +149,7 @@ func TestWaitingRecordsRenewed(t *testing.T) {
 		mu.Lock()
 		counts[rec.Offset] = append(counts[rec.Offset], rec.DeliveryCount)
 		mu.Unlock()
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond)
 		return nil
 	}), runner.Failure(runner.Skip(1)), runner.WaterMarks(2, 1), runner.Concurrency(1), runner.Order(runner.Unordered))
 	waitFor(t, "every record acknowledged", func() bool { return lag(t, c, group, topic) == 0 })
