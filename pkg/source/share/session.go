@@ -48,16 +48,7 @@ type session struct {
 	// the client's buffering does at random: tests set it.
 	pollCap int
 
-	// lockFor is the lock duration, as learnt from the polls (written
-	// under src.mu by the session; Settle reads it).
-	lockFor time.Duration
-	// renewAt is when the session renews next: set at each poll (sooner
-	// than the soonest lock of its records), moved on by each renewal,
-	// and kept across the waits of one poll's hand-over.
-	renewAt time.Time
-	// renewFrom is when the earliest renewal not yet confirmed was
-	// marked (zero: none); a renewal's locks are credited from it.
-	renewFrom time.Time
+	lockFor time.Duration // the lock duration, as learnt from the polls
 	// soonest is the least lock time left on a record of the last poll
 	// when it returned (0: none known).
 	soonest time.Duration
@@ -66,50 +57,28 @@ type session struct {
 // lockedRec is a record the session holds, and until when its lock is
 // known to last: the deadline of its fetch, moved on by each renewal the
 // broker took.
-//
-// Never renewed, until is at or after the broker's end of the lock (the
-// broker starts it before it answers the fetch): past it, the lock has
-// surely expired. Renewed, until is credited from when the earliest
-// renewal not yet confirmed was marked, at or before the broker's end;
-// past it, the lock may still live. A zero until is a lock known to have
-// expired: the broker delivered the record again.
 type lockedRec struct {
 	rec   *kgo.Record
 	until time.Time
-	// tried: a renewal of it was marked, confirmed or not. One not
-	// confirmed may still have reached the broker: past until, such a
-	// lock may live on.
-	tried bool
 }
 
-// pendingAck is an ack the session has still to mark on its client. sure
-// says its lock has surely expired: such acks may share a request with
-// each other, where one that may still live goes alone.
+// pendingAck is an ack the session has still to mark on its client.
 type pendingAck struct {
 	rec    *kgo.Record
 	status kgo.AckStatus
-	sure   bool
 }
 
-// lockMargin is how long before its known end a lock is taken as expired
-// (under src.mu): the broker's clock and the wire make the known end
-// approximate, and an ack of an expired lock must not share a request
-// with good ones. Taking a live lock as expired costs a request of its
-// own.
+// lockMargin is how long before its known end a lock is taken as expired:
+// the broker's clock and the wire make the known end approximate, and an
+// ack of an expired lock must not share a request with good ones. Taking
+// a live lock as expired only costs a request of its own.
 func (ss *session) lockMargin() time.Duration {
 	return max(ss.lockFor/4, minRenew)
 }
 
-// expired reports whether l's lock may have expired at now, and whether
-// surely (under src.mu).
-func (ss *session) expired(l *lockedRec, now time.Time) (maybe, sure bool) {
-	if l.until.IsZero() {
-		return true, true
-	}
-	if now.Before(l.until.Add(-ss.lockMargin())) {
-		return false, false
-	}
-	return true, !l.tried && !now.Before(l.until)
+// expired reports whether l's lock may have expired at now.
+func (ss *session) expired(l *lockedRec, now time.Time) bool {
+	return !now.Before(l.until.Add(-ss.lockMargin()))
 }
 
 func (ss *session) signal() {
@@ -163,7 +132,6 @@ func (ss *session) run(ctx context.Context, sink runner.Sink) {
 		if len(stale) > 0 {
 			ss.releaseAlone(ctx, stale)
 		}
-		ss.renewAt = polled.Add(ss.firstRenewal())
 		if err := ss.src.report(ctx, sink, tps); err != nil {
 			ss.release(recs)
 			ss.drain(ctx)
@@ -171,9 +139,6 @@ func (ss *session) run(ctx context.Context, sink runner.Sink) {
 		}
 		for len(batches) > 0 {
 			now, rest := splitBatches(batches, budget)
-			// What waited past its lock is released, not run (alone).
-			now = ss.dropExpired(now)
-			ss.sendStale(ctx)
 			budget, err = sink.Fetched(ctx, now)
 			if err != nil {
 				// The runner is stopping: it took none of these.
@@ -235,49 +200,6 @@ func batchRecs(ss *session, batches []runner.Batch) []*kgo.Record {
 	return recs
 }
 
-// dropExpired leaves out of batches the records whose lock surely
-// expired while they waited to be handed over, and queues their release
-// (to be sent alone). It returns what is left.
-func (ss *session) dropExpired(batches []runner.Batch) []runner.Batch {
-	s := ss.src
-	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := batches[:0]
-	dropped := 0
-	for _, b := range batches {
-		keep := b.Records[:0]
-		for _, r := range b.Records {
-			k := recKey{b.TP, r.Offset}
-			l := ss.held[k]
-			if l == nil {
-				continue
-			}
-			// Only a lock that surely expired: one that may live on
-			// runs (renewed alone meanwhile), as a release would bring
-			// it nearer the delivery limit without a handler attempt.
-			if _, sure := ss.expired(l, now); sure {
-				delete(ss.held, k)
-				if h := s.held[k]; h != nil && h.copies[0].rec == l.rec {
-					delete(s.held, k)
-				}
-				ss.stale = append(ss.stale, pendingAck{l.rec, kgo.AckRelease, true})
-				dropped++
-				continue
-			}
-			keep = append(keep, r)
-		}
-		if len(keep) > 0 {
-			b.Records = keep
-			out = append(out, b)
-		}
-	}
-	if dropped > 0 {
-		s.log.Warn("records whose lock expired while they waited for room in the runner; released, not run", "session", ss.id, "records", dropped)
-	}
-	return out
-}
-
 // flowing reports whether no partition is paused (under src.mu).
 func (ss *session) flowing() bool { return len(ss.src.paused) == 0 }
 
@@ -287,54 +209,36 @@ func (ss *session) flowing() bool { return len(ss.src.paused) == 0 }
 func (ss *session) releaseAlone(ctx context.Context, recs []*kgo.Record) {
 	ss.src.mu.Lock()
 	for _, r := range recs {
-		ss.stale = append(ss.stale, pendingAck{r, kgo.AckRelease, true})
+		ss.stale = append(ss.stale, pendingAck{r, kgo.AckRelease})
 	}
 	ss.src.mu.Unlock()
 	ss.sendStale(ctx)
 }
 
 // sendStale sends the acks of acquisitions that may have expired, alone:
-// it flushes what the client has pending, marks them, and flushes again
-// (those that surely expired together, each that may still live by
-// itself); meanwhile Settle defers this session's other acks, marked
-// after. It reports whether every flush finished.
-func (ss *session) sendStale(ctx context.Context) bool {
+// it flushes what the client has pending, marks them, and flushes again;
+// meanwhile Settle defers this session's other acks, marked after.
+func (ss *session) sendStale(ctx context.Context) {
 	s := ss.src
 	s.mu.Lock()
 	if len(ss.stale) == 0 {
 		s.mu.Unlock()
-		return true
+		return
 	}
 	ss.isolating = true
 	s.mu.Unlock()
 	fctx, cancel := context.WithTimeout(ctx, ss.renewPeriod())
 	defer cancel()
-	err := ss.flush(fctx)
-	for err == nil {
-		// The sure ones together, each that may still live alone: the
-		// broker would refuse a live one's ack beside an expired one.
+	err := ss.cl.FlushAcks(fctx)
+	if err == nil {
 		s.mu.Lock()
-		var acks []pendingAck
-		rest := ss.stale[:0]
-		for _, a := range ss.stale {
-			if a.sure {
-				acks = append(acks, a)
-			} else {
-				rest = append(rest, a)
-			}
-		}
-		if len(acks) == 0 && len(rest) > 0 {
-			acks, rest = rest[:1], rest[1:]
-		}
-		ss.stale = slices.Clone(rest)
+		acks := ss.stale
+		ss.stale = nil
 		s.mu.Unlock()
-		if len(acks) == 0 {
-			break
-		}
 		for _, a := range acks {
 			a.rec.Ack(a.status)
 		}
-		err = ss.flush(fctx)
+		err = ss.cl.FlushAcks(fctx)
 	}
 	if err != nil && ctx.Err() == nil {
 		s.log.Warn("sending the acks of expired locks: not flushed in time", "session", ss.id, "err", err)
@@ -347,7 +251,6 @@ func (ss *session) sendStale(ctx context.Context) bool {
 		a.rec.Ack(a.status)
 	}
 	s.mu.Unlock()
-	return err == nil
 }
 
 // drain keeps renewing what the session still holds (copies of records
@@ -410,13 +313,13 @@ func (ss *session) take(recs []*kgo.Record, now time.Time) ([]runner.Batch, []ru
 		}
 		batches[i].Records = append(batches[i].Records, toRunner(r))
 	}
+	s.mu.Unlock()
 	ss.soonest = lock
 	if lock > 0 && (ss.lockFor == 0 || lock > ss.lockFor) {
 		// The longest remaining lock seen is the closest to the lock
 		// duration (a poll's records were acquired at its fetch).
 		ss.lockFor = lock
 	}
-	s.mu.Unlock()
 	if len(stale) > 0 {
 		s.log.Warn("records polled after their lock expired; released, not run", "session", ss.id, "records", len(stale))
 	}
@@ -471,14 +374,12 @@ func (ss *session) release(recs []*kgo.Record) {
 // lock may have expired, or to be marked after the session's lone acks
 // (under src.mu; k is still in ss.held).
 func (ss *session) ack(k recKey, rec *kgo.Record, status kgo.AckStatus, now time.Time) {
-	if l := ss.held[k]; l != nil && l.rec == rec {
-		if maybe, sure := ss.expired(l, now); maybe {
-			ss.stale = append(ss.stale, pendingAck{rec, status, sure})
-			return
-		}
+	if l := ss.held[k]; l != nil && l.rec == rec && ss.expired(l, now) {
+		ss.stale = append(ss.stale, pendingAck{rec, status})
+		return
 	}
 	if ss.isolating {
-		ss.deferred = append(ss.deferred, pendingAck{rec, status, false})
+		ss.deferred = append(ss.deferred, pendingAck{rec, status})
 		return
 	}
 	rec.Ack(status)
@@ -495,46 +396,32 @@ func (ss *session) waitSettled(ctx context.Context) {
 // meanwhile; false if ctx ended first.
 func (ss *session) hold(ctx context.Context, done func() bool) bool {
 	period := ss.renewPeriod()
-	t := time.NewTimer(max(time.Until(ss.renewAt), 0))
+	first := period
+	if ss.soonest > 0 {
+		// The first renewal must beat the soonest lock of this poll,
+		// which can be shorter than the lock duration (a record fetched
+		// while the previous poll returned).
+		first = max(min(period, ss.soonest/2), minRenew)
+	}
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
-		// Done only with no lone ack left to send: an ack queued and
-		// not marked before the next poll would be auto-accepted by it.
+		ss.sendStale(ctx)
 		ss.src.mu.Lock()
-		stale := len(ss.stale) > 0
-		ok := !stale && done()
+		ok := done()
 		ss.src.mu.Unlock()
 		if ok {
 			return true
-		}
-		if stale && ss.sendStale(ctx) {
-			continue
-		}
-		if ctx.Err() != nil {
-			return false
 		}
 		select {
 		case <-ss.wake:
 		case <-t.C:
 			ss.renew(ctx, period)
-			ss.renewAt = time.Now().Add(period)
 			t.Reset(period)
 		case <-ctx.Done():
 			return false
 		}
 	}
-}
-
-// firstRenewal is how long after a poll the session renews first: a
-// renewal period, or sooner, to beat the soonest lock of the poll, which
-// can be shorter than the lock duration (a record fetched while the
-// previous poll returned).
-func (ss *session) firstRenewal() time.Duration {
-	period := ss.renewPeriod()
-	if ss.soonest > 0 {
-		return max(min(period, ss.soonest/2), minRenew)
-	}
-	return period
 }
 
 // renewPeriod is a third of the earlier of the lock duration and the
@@ -554,90 +441,47 @@ func (ss *session) renewPeriod() time.Duration {
 
 // renew extends the lock of every record the session holds and sends the
 // renewals at once (franz-go would send a lone ack only after its 1s ack
-// timer), waiting at most period for them. A record the broker delivered
-// again (its lock expired) is not renewed, and one whose lock may have
-// expired is renewed in a request of its own: a renewal of an expired
-// acquisition has every ack of its partition in the request refused, and
-// one of a live lock must not stop because a confirmation came late.
+// timer), waiting at most period for them.
+// A record whose lock may have expired is not renewed: a renewal of an
+// expired acquisition has every ack of its partition in the request
+// refused.
 func (ss *session) renew(ctx context.Context, period time.Duration) {
 	start := time.Now()
 	ss.src.mu.Lock()
-	var batch, alone []*lockedRec
+	var renewed []*lockedRec
 	for _, l := range ss.held {
-		switch maybe, _ := ss.expired(l, start); {
-		case l.until.IsZero():
-		case maybe:
-			alone = append(alone, l)
-		default:
-			batch = append(batch, l)
+		if ss.expired(l, start) {
+			continue
 		}
-	}
-	if ss.renewFrom.IsZero() {
-		ss.renewFrom = start
-	}
-	from := ss.renewFrom
-	ss.src.mu.Unlock()
-	fctx, cancel := context.WithTimeout(ctx, period)
-	defer cancel()
-	ok := ss.renewSend(fctx, batch, from)
-	for _, l := range alone {
-		if !ok {
-			break
-		}
-		ok = ss.renewSend(fctx, []*lockedRec{l}, from)
-	}
-	if !ok {
-		if ctx.Err() == nil {
-			ss.src.log.Warn("renewing locks: acks not flushed in time", "session", ss.id, "records", len(batch)+len(alone))
-		}
-		return
-	}
-	ss.src.mu.Lock()
-	ss.renewFrom = time.Time{}
-	ss.src.mu.Unlock()
-}
-
-// renewSend marks a renewal of ls and flushes it; a lock the broker took
-// it for is credited from from (when the earliest renewal not confirmed
-// was marked: the broker extends from when it takes one, later). It
-// reports whether the flush finished.
-func (ss *session) renewSend(ctx context.Context, ls []*lockedRec, from time.Time) bool {
-	if len(ls) == 0 {
-		return true
-	}
-	ss.src.mu.Lock()
-	for _, l := range ls {
 		// A record settled meanwhile has a terminal ack: the renew is a
 		// no-op for it (franz-go renews only a record with no ack).
 		l.rec.Ack(kgo.AckRenew)
-		l.tried = true
+		renewed = append(renewed, l)
 	}
 	clear(ss.refused)
 	ss.src.mu.Unlock()
-	if err := ss.flush(ctx); err != nil {
-		return false
+	if len(renewed) == 0 {
+		return
 	}
+	fctx, cancel := context.WithTimeout(ctx, period)
+	defer cancel()
+	if err := ss.cl.FlushAcks(fctx); err != nil {
+		if ctx.Err() == nil {
+			ss.src.log.Warn("renewing locks: acks not flushed in time", "session", ss.id, "records", len(renewed), "err", err)
+		}
+		return
+	}
+	// The broker extends a lock from when it takes the renewal, after
+	// start: start plus the lock duration is a safe end.
 	ss.src.mu.Lock()
 	defer ss.src.mu.Unlock()
-	for _, l := range ls {
-		if !ss.refused[runner.TP{Topic: l.rec.Topic, Partition: l.rec.Partition}] && ss.lockFor > 0 && !l.until.IsZero() {
-			if end := from.Add(ss.lockFor); end.After(l.until) {
+	for _, l := range renewed {
+		if !ss.refused[runner.TP{Topic: l.rec.Topic, Partition: l.rec.Partition}] && ss.lockFor > 0 {
+			if end := start.Add(ss.lockFor); end.After(l.until) {
 				l.until = end
 			}
 		}
 	}
-	return true
-}
-
-// flush sends the client's pending acks and waits for the broker's
-// answers, or until ctx ends. (franz-go can miss a request to flush that
-// comes while it sends an earlier batch of acks, and then sends them at
-// its 1 s ack timer. Asking it again every 50 ms cured that on kfake but
-// broke share sessions on the broker under load — INVALID_SHARE_SESSION_EPOCH,
-// then SHARE_SESSION_NOT_FOUND — so the source asks once, and a renewal
-// confirmed late is still renewed.)
-func (ss *session) flush(ctx context.Context) error {
-	return ss.cl.FlushAcks(ctx)
 }
 
 // onAcks logs the acks the broker refused, and notes their partitions for

@@ -393,7 +393,7 @@ func (s *Source) Close() error {
 		go func() {
 			defer wg.Done()
 			ss.sendStale(ctx)
-			if err := ss.flush(ctx); err != nil {
+			if err := ss.cl.FlushAcks(ctx); err != nil {
 				errc[i] = fmt.Errorf("share: session %d: flushing acks: %w", i, err)
 			}
 			if err := ss.cl.LeaveGroupContext(ctx); err != nil && errc[i] == nil {
