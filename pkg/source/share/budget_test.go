@@ -13,6 +13,48 @@ import (
 	"github.com/tidemark/tidemark/pkg/source/share"
 )
 
+// lockedShare starts a one-broker kfake with n records on topic t and a
+// one-session share source of group g fetching 8 at a time, under the
+// broker's lock duration lockMs and delivery limit (kfake takes both from
+// the broker's configs, not the group's).
+func lockedShare(t *testing.T, n int, lockMs, limit string) (*kfake.Cluster, *share.Source) {
+	t.Helper()
+	c := fake(t, "t", 1, n, kfake.BrokerConfigs(map[string]string{
+		"group.share.record.lock.duration.ms": lockMs,
+		"group.share.delivery.count.limit":    limit,
+		"share.record.lock.sweep.interval.ms": "100",
+	}))
+	c.SetGroupConfigs("g", map[string]string{"share.auto.offset.reset": "earliest"})
+	src, err := share.New(c.ListenAddrs(), "g", []string{"t"}, share.Sessions(1), share.MaxPollRecords(8),
+		// Well under the lock: a fetch in flight holds the acks.
+		share.ClientOptions(kgo.FetchMaxWait(100*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, src
+}
+
+// deliveries records the delivery count of each handler call, by offset.
+type deliveries struct {
+	mu     sync.Mutex
+	counts map[int64][]int32
+}
+
+func (d *deliveries) add(rec runner.Record) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.counts == nil {
+		d.counts = map[int64][]int32{}
+	}
+	d.counts[rec.Offset] = append(d.counts[rec.Offset], rec.DeliveryCount)
+}
+
+func (d *deliveries) of(off int64) []int32 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.counts[off]
+}
+
 // TestBudgetBelowMaxPollRecords: when the runner's budget is below
 // MaxPollRecords, the records a fetch acquired beyond it must not wait in
 // the client with their locks running: the broker would deliver them
@@ -24,26 +66,10 @@ import (
 func TestBudgetBelowMaxPollRecords(t *testing.T) {
 	t.Parallel()
 	const topic, group, n = "t", "g", 8
-	// kfake takes the lock duration and the delivery limit from the
-	// broker's configs, not the group's.
-	c := fake(t, topic, 1, n, kfake.BrokerConfigs(map[string]string{
-		"group.share.record.lock.duration.ms": "2000",
-		"group.share.delivery.count.limit":    "2",
-		"share.record.lock.sweep.interval.ms": "100",
-	}))
-	c.SetGroupConfigs(group, map[string]string{"share.auto.offset.reset": "earliest"})
-	src, err := share.New(c.ListenAddrs(), group, []string{topic}, share.Sessions(1), share.MaxPollRecords(8),
-		// Well under the lock: a fetch in flight holds the acks.
-		share.ClientOptions(kgo.FetchMaxWait(100*time.Millisecond)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	counts := map[int64][]int32{}
+	c, src := lockedShare(t, n, "2000", "2")
+	var d deliveries
 	stop := run(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
-		mu.Lock()
-		counts[rec.Offset] = append(counts[rec.Offset], rec.DeliveryCount)
-		mu.Unlock()
+		d.add(rec)
 		if rec.Offset%2 == 0 {
 			select {
 			case <-time.After(5 * time.Second):
@@ -57,10 +83,8 @@ func TestBudgetBelowMaxPollRecords(t *testing.T) {
 	if err := stop(5 * time.Second); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	for off := range int64(n) {
-		if got := counts[off]; len(got) != 1 || got[0] != 1 {
+		if got := d.of(off); len(got) != 1 || got[0] != 1 {
 			t.Errorf("offset %d: handler calls with delivery counts %v, want one call at delivery 1", off, got)
 		}
 	}
@@ -77,25 +101,11 @@ func TestBudgetBelowMaxPollRecords(t *testing.T) {
 func TestExpiredAcksGoAlone(t *testing.T) {
 	t.Parallel()
 	const topic, group, n = "t", "g", 8
-	c := fake(t, topic, 1, n, kfake.BrokerConfigs(map[string]string{
-		"group.share.record.lock.duration.ms": "1000",
-		"group.share.delivery.count.limit":    "3",
-		"share.record.lock.sweep.interval.ms": "100",
-	}))
-	c.SetGroupConfigs(group, map[string]string{"share.auto.offset.reset": "earliest"})
-	src, err := share.New(c.ListenAddrs(), group, []string{topic}, share.Sessions(1), share.MaxPollRecords(8),
-		// Well under the lock: a fetch in flight holds the acks.
-		share.ClientOptions(kgo.FetchMaxWait(100*time.Millisecond)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, src := lockedShare(t, n, "1000", "3")
 	src.PollCapForTest(2)
-	var mu sync.Mutex
-	counts := map[int64][]int32{}
+	var d deliveries
 	stop := run(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
-		mu.Lock()
-		counts[rec.Offset] = append(counts[rec.Offset], rec.DeliveryCount)
-		mu.Unlock()
+		d.add(rec)
 		if rec.Offset == 0 {
 			select {
 			case <-time.After(2500 * time.Millisecond):
@@ -109,13 +119,11 @@ func TestExpiredAcksGoAlone(t *testing.T) {
 	if err := stop(5 * time.Second); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if got := counts[0]; len(got) != 1 || got[0] != 1 {
+	if got := d.of(0); len(got) != 1 || got[0] != 1 {
 		t.Errorf("offset 0: handler calls with delivery counts %v, want one call at delivery 1: its ACCEPT was refused with an expired lock's ack", got)
 	}
 	for off := range int64(n) {
-		if len(counts[off]) == 0 {
+		if len(d.of(off)) == 0 {
 			t.Errorf("offset %d never reached a handler", off)
 		}
 	}
