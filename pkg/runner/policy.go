@@ -225,7 +225,11 @@ func (r *Runner) deadLetter(ctx context.Context, t *task, cause error, kind Erro
 				// Retrying the same bytes cannot succeed: a smaller dead
 				// letter, at once.
 				cuts++
-				r.log.Warn("dead letter refused by the broker; writing it without the record's value and headers"+map[bool]string{true: " and key", false: ""}[cuts == 2], "record", t.rec.String(), "topic", rt.policy.topic, "err", err)
+				what := "the record's value and headers"
+				if cuts == 2 {
+					what += " and key"
+				}
+				r.log.Warn("dead letter refused by the broker; writing it without "+what, "record", t.rec.String(), "topic", rt.policy.topic, "err", err)
 				rec = cutDeadLetter(rec, cuts, err)
 				i = 0
 				continue
