@@ -201,20 +201,30 @@ func TestRejoinNeverCommitsBackward(t *testing.T) {
 		}
 		return nil
 	}
+	// A cooperative member heartbeats once half a second into each
+	// session, whatever its interval. Evicted before that heartbeat, the
+	// member can learn of it from the heartbeat rather than a commit.
+	// The test counts heartbeats and evicts only after the first.
+	var heartbeats atomic.Int32
+	c.Fake.ControlKey(int16(kmsg.Heartbeat), func(kmsg.Request) (kmsg.Response, error, bool) {
+		heartbeats.Add(1)
+		return nil, nil, false
+	})
 	m := startMember(t, c, "g", []string{"t"}, slow,
 		// The member must learn of its eviction from a commit, which
 		// rejoins and keeps the partition; a heartbeat answered
 		// UNKNOWN_MEMBER_ID first ends the session instead, the client
 		// then reads the committed offsets itself, and the read this test
 		// fails is the client's (a fatal authorization error), not the
-		// source's. With the heartbeat minutes apart none lands in that
+		// source's. With the heartbeat minutes apart, and the eviction
+		// after the early heartbeat counted above, none lands in that
 		// window, however slowly a loaded machine gets to the eviction.
 		[]franz.Option{franz.SessionTimeout(3 * time.Minute), franz.HeartbeatInterval(170 * time.Second),
 			franz.ClientOptions(kgo.FetchMaxBytes(2000), kgo.FetchMaxPartitionBytes(2000))},
 		runner.OnAssign(runner.PerPartition(l.hook)), runner.CommitInterval(5*time.Millisecond),
 		runner.Concurrency(1), runner.WaterMarks(40, 20))
-	kafkatest.WaitFor(t, 20*time.Second, "the first assignment and some commits", func() bool {
-		return len(l.all()) == 1 && c.Committed("g", tp.Topic)[tp.Partition] >= 20
+	kafkatest.WaitFor(t, 20*time.Second, "the first assignment, its first heartbeat and some commits", func() bool {
+		return len(l.all()) == 1 && heartbeats.Load() >= 1 && c.Committed("g", tp.Topic)[tp.Partition] >= 20
 	})
 	oldID, _ := m.src.Client().GroupMetadata()
 
