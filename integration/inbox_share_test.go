@@ -322,8 +322,16 @@ func TestInboxShareSIGSTOP(t *testing.T) {
 		// of a poll wait for a worker at any time.
 		f := newInboxShareFleet(t, partitions, n, inboxShareSpec{Delay: 150 * time.Millisecond,
 			Sessions: 1, Poll: 16, Concurrency: 2})
-		a, b, c := f.start("c1"), f.start("c2"), f.start("c3")
-		kafkatest.WaitFor(t, 2*time.Minute, "c1 applying", func() bool { return f.effects("owner LIKE 'c1 %'") >= 4 })
+		// c1 alone first: started with the others, it can find their
+		// sessions holding every partition (the broker's assignor gives
+		// each of three members one of three partitions, and moves them
+		// as members join) and the records drained before it applies
+		// any, and there would be nothing to freeze it with.
+		a := f.start("c1")
+		if !kafkatest.Eventually(2*time.Minute, func() bool { return f.effects("owner LIKE 'c1 %'") >= 4 }) {
+			t.Fatalf("c1 applied %d effects in 2m0s, want 4 before it is frozen", f.effects("owner LIKE 'c1 %'"))
+		}
+		b, c := f.start("c2"), f.start("c3")
 		if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
