@@ -48,6 +48,10 @@ type session struct {
 	// the client's buffering does at random: tests set it.
 	pollCap int
 
+	// nextRenew is when the records held are renewed next (zero: at the
+	// first renewal of a poll, by soonest); run goroutine only.
+	nextRenew time.Time
+
 	lockFor time.Duration // the lock duration, as learnt from the polls
 	// soonest is the least lock time left on a record of the last poll
 	// when it returned (0: none known).
@@ -128,6 +132,7 @@ func (ss *session) run(ctx context.Context, sink runner.Sink) {
 			}
 			continue
 		}
+		ss.nextRenew = time.Time{}
 		batches, tps, stale := ss.take(recs, polled)
 		if len(stale) > 0 {
 			ss.releaseAlone(ctx, stale)
@@ -280,7 +285,10 @@ func (ss *session) take(recs []*kgo.Record, now time.Time) ([]runner.Batch, []ru
 		k := recKey{tp, r.Offset}
 		dl := r.AcquisitionDeadline()
 		if !dl.IsZero() {
-			if !now.Before(dl) {
+			// Within the margin the lock counts as expired: renew skips
+			// it, so the record would run with its lock ending under
+			// it, and its accept be refused and the record run again.
+			if !now.Before(dl.Add(-ss.lockMargin())) {
 				stale = append(stale, r)
 				continue
 			}
@@ -403,7 +411,14 @@ func (ss *session) hold(ctx context.Context, done func() bool) bool {
 		// while the previous poll returned).
 		first = max(min(period, ss.soonest/2), minRenew)
 	}
-	t := time.NewTimer(first)
+	// The renewals keep their pace across the waits of one hand-over:
+	// a timer started anew at each wait would starve the waiting
+	// records' renewals whenever the runner resumes sooner than period.
+	wait := first
+	if !ss.nextRenew.IsZero() {
+		wait = max(time.Until(ss.nextRenew), 0)
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		ss.sendStale(ctx)
@@ -417,6 +432,7 @@ func (ss *session) hold(ctx context.Context, done func() bool) bool {
 		case <-ss.wake:
 		case <-t.C:
 			ss.renew(ctx, period)
+			ss.nextRenew = time.Now().Add(period)
 			t.Reset(period)
 		case <-ctx.Done():
 			return false
