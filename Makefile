@@ -58,7 +58,7 @@ SOAK_TIMEOUT ?= 4h
 CLUSTER ?=
 SOAK_ENV := $(if $(CLUSTER),TIDEMARK_KAFKA_NODES=$(CLUSTER))
 
-.PHONY: help test vet mod-check unit integration soak chaos-cluster bench demo quickstart testbed-up testbed-down testbed-status
+.PHONY: help test vet mod-check unit integration soak sim chaos-cluster bench demo quickstart testbed-up testbed-down testbed-status
 
 help:
 	@echo 'make demo            test bed up, then the orders demo (examples/orders/demo)'
@@ -70,6 +70,7 @@ help:
 	@echo 'make integration     integration tests against a running bed (.testbed/env or TIDEMARK_* variables)'
 	@echo 'make soak            the chaos suite for DURATION (default 10m) on the test bed (docs/chaos.md)'
 	@echo 'make soak CLUSTER=3  every fault, the broker faults too, on a three-node bed for DURATION'
+	@echo 'make sim             the seeded simulations for DURATION (default 10m); SEED=N replays one'
 	@echo 'make chaos-cluster   one round of every fault on a three-node cluster bed (not in make test)'
 	@echo 'make testbed-up      scripts/testbed up (provisions first: packages as root, the Kafka jars)'
 	@echo 'make testbed-down    scripts/testbed down'
@@ -170,6 +171,19 @@ bench:
 	@. "$(BED_ENV)" && time $(GO) run ./cmd/tidemark-bench -workload all -repeat 5 \
 		-json docs/bench/bench.json -plots docs/bench $(BENCH_FLAGS)
 	@echo 'The test bed is still running: scripts/testbed status | down'
+
+# The seeded simulations (internal/simtest): make test runs their fixed
+# seeds in make unit; make sim runs new seeds for DURATION (default 10m)
+# and prints a summary of seeds, steps and faults, or stops at the first
+# failing seed. make sim SEED=N runs seed N alone; SIM=share or SIM=group
+# picks one simulation (both without).
+SIM ?=
+SEED ?=
+SIM_TESTS := $(if $(filter share,$(SIM)),TestSimShare,$(if $(filter group,$(SIM)),TestSimGroupRunner,TestSimShare|TestSimGroupRunner))
+SIM_PKGS := $(if $(filter share,$(SIM)),./pkg/source/share/,$(if $(filter group,$(SIM)),./pkg/runner/,./pkg/source/share/ ./pkg/runner/))
+sim:
+	$(GO) test -race -count=1 -v -run '^($(SIM_TESTS))$$' -timeout 0 $(SIM_PKGS) \
+		$(if $(SEED),-sim.seed=$(SEED),-sim.duration=$(DURATION)) | grep -E '^(---|ok|FAIL)|simulation[:,]|_test.go:[0-9]+: '
 
 # The smallest tidemark program (examples/quickstart): 10,000 orders produced,
 # consumed by a runner through the inbox, a summary; exit 1 if it does not add up.
