@@ -1,8 +1,8 @@
 package main
 
 // The consumers tidemark is measured against: plain franz-go and kafka-go
-// loops, a goroutine pool, the sequential consumer, and the INSERT ceiling
-// of the inbox workload.
+// loops, a plain franz-go share-group loop, a goroutine pool, the
+// sequential consumer, and the INSERT ceiling of the inbox workload.
 
 import (
 	"context"
@@ -13,7 +13,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/tidemark/tidemark/internal/pgtrace"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // runFranzLoop is the fetch ceiling: a franz-go group consumer that polls
@@ -57,6 +59,89 @@ func runFranzLoop(ctx context.Context, spec childSpec, m *meter) error {
 				m.add(1)
 			}
 		})
+	}
+	return nil
+}
+
+// runShareLoop is the share-group fetch ceiling: one franz-go client in
+// share group spec.Group that polls up to spec.SharePoll records at a time
+// and does nothing with them. It acks nothing itself: franz-go accepts
+// every record of a poll at the next poll (its implicit accept) and sends
+// the acks with its next ShareFetch. It fetches with franz-go's share
+// defaults (ShareMaxRecords 500, not strict, a fetch running ahead of the
+// polls), or with spec.ShareStrict as the share source's sessions do (at
+// most SharePoll records per fetch, strict, a fetch only while a poll
+// runs). Like the share source it sets share.auto.offset.reset=earliest on
+// the group before it joins. It marks the offsets it polled (the tracker's
+// few nanoseconds a record, which the share source's handler pays too) and,
+// gated, holds its first poll's records until the harness says go; it
+// counts a poll's records when the poll returns.
+func runShareLoop(ctx context.Context, spec childSpec, m *meter) error {
+	poll := spec.SharePoll
+	if poll <= 0 {
+		poll = 512
+	}
+	// No topics yet: the client joins once it has one, after the group
+	// config is set.
+	opts := []kgo.Opt{kgo.SeedBrokers(spec.Brokers...), kgo.ShareGroup(spec.Group), kgo.ConsumeTopics()}
+	if spec.ShareStrict {
+		opts = append(opts, kgo.ShareMaxRecords(int32(poll)), kgo.ShareMaxRecordsStrict())
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if err := setGroupConfig(ctx, cl, spec.Group, "share.auto.offset.reset", "earliest"); err != nil {
+		return err
+	}
+	cl.AddConsumeTopics(spec.Topic)
+	for !m.stopped() {
+		fs := cl.PollRecords(ctx, poll)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// A share fetch's errors are the broker's or the connection's;
+		// franz-go retries them, as the share source lets it.
+		n := fs.NumRecords()
+		if n == 0 {
+			continue
+		}
+		m.gate(ctx)
+		if !m.started.Load() {
+			m.startWindow(time.Now())
+		}
+		if m.offsets != nil {
+			fs.EachRecord(func(r *kgo.Record) { m.finished(r.Partition, r.Offset, r.DeliveryCount()) })
+		}
+		m.add(n)
+	}
+	return nil
+}
+
+// setGroupConfig sets config name to value on group's GROUP resource
+// (IncrementalAlterConfigs), as share.GroupConfig does.
+func setGroupConfig(ctx context.Context, cl *kgo.Client, group, name, value string) error {
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+	res.ResourceName = group
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Value, c.Op = name, &value, kmsg.IncrementalAlterConfigOpSet
+	res.Configs = append(res.Configs, c)
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("setting %s of group %s: %w", name, group, err)
+	}
+	for _, r := range resp.Resources {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			msg := ""
+			if r.ErrorMessage != nil {
+				msg = ": " + *r.ErrorMessage
+			}
+			return fmt.Errorf("setting %s of group %s: %w%s", name, group, err, msg)
+		}
 	}
 	return nil
 }

@@ -43,6 +43,7 @@ import (
 const (
 	franzLoop    = "franz-loop"     // plain franz-go poll loop that does nothing
 	franzPool    = "franz-pool"     // franz-go poll loop feeding a goroutine pool over channels
+	shareLoop    = "franz-share"    // plain franz-go share-group poll loop that does nothing
 	readerLoop   = "kafkago-reader" // plain kafka-go consumer-group Reader loop
 	sequentialC  = "sequential"     // franz-go, one record at a time in the poll loop
 	tidemarkC    = "tidemark"       // the runner over Adapter
@@ -100,6 +101,10 @@ type childSpec struct {
 	// (adapter share; 0: the source's defaults).
 	ShareSessions int `json:"share_sessions,omitempty"`
 	SharePoll     int `json:"share_poll,omitempty"`
+	// ShareStrict makes the plain share loop fetch as the share source's
+	// sessions do: at most SharePoll records per fetch
+	// (kgo.ShareMaxRecordsStrict), a fetch only while a poll runs.
+	ShareStrict bool `json:"share_strict,omitempty"`
 	// Gated holds every handler until the harness writes goLine on the
 	// child's stdin, and starts the window then; the child prints
 	// readyLine when its first record arrives. The processes of one
@@ -286,6 +291,8 @@ func childMain(arg string) int {
 		err = runFranzLoop(ctx, spec, m)
 	case franzPool:
 		err = runFranzPool(ctx, spec, m)
+	case shareLoop:
+		err = runShareLoop(ctx, spec, m)
 	case readerLoop:
 		err = runReaderLoop(ctx, spec, m)
 	case sequentialC:

@@ -37,7 +37,8 @@
 //	             -partition-repeat times (partitions.go).
 //	share        the share-group source (pkg/source/share) against the
 //	             consumer-group source (franz): no-op and -sleep handlers at
-//	             -concurrency on one topic, with -share-sessions sessions; and
+//	             -concurrency on one topic, with -share-sessions sessions, the
+//	             no-op one against the plain franz-go share loop too; and
 //	             a 1-partition topic, -share-queue-sleep handlers,
 //	             -share-queue-concurrency per process, in -share-processes
 //	             processes at once, against one group member (share.go).
@@ -121,6 +122,7 @@ type config struct {
 	shareQConc       int
 	shareQConfigs    []sessionsPoll
 	shareQRecords    int
+	shareStrictLoop  bool
 	profileDir       string
 	cpuProfile       string
 	jsonOut          string
@@ -217,8 +219,9 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.shareQConc, "share-queue-concurrency", 8, "concurrency per process (and of the group member) in the share workload's 1-partition case")
 	shareQConfigs := fs.String("share-queue-configs", "4x512,2x8", "share.Sessions x share.MaxPollRecords of the share workload's 1-partition case, comma-separated; each runs with every -share-processes")
 	fs.IntVar(&c.shareQRecords, "share-queue-records", 0, "records of the share workload's 1-partition topic (0: enough for the most processes at their theoretical rate for -run-for, +10%, +1000, plus what they can hold: processes × sessions × poll)")
+	fs.BoolVar(&c.shareStrictLoop, "share-strict-loop", true, "in the share workload's no-op case, run the plain share loop a second time fetching as the share source does (-share-poll records per fetch, strict, a fetch only while a poll runs)")
 	fs.IntVar(&c.partRepeat, "partition-repeat", 5, "repetitions of the partitions workload, every count and consumer in turn (-repeat does not apply)")
-	fs.StringVar(&c.profileDir, "profile-dir", "", "write a CPU profile of every child of the partitions workload into this directory, one file per child (go tool pprof merges several)")
+	fs.StringVar(&c.profileDir, "profile-dir", "", "write a CPU profile of every child of the partitions workload, and of every one-process run of the share workload, into this directory, one file per child (go tool pprof merges several)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of tidemark's first no-op run to this file (TIDEMARK_BENCH_TRACE=file adds an execution trace)")
 	fs.StringVar(&c.jsonOut, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&c.plotsDir, "plots", "", "draw the curves as concurrency.png, keys.png and partitions.png into this directory")
@@ -451,7 +454,7 @@ func (c config) params() Params {
 		PartitionRepeat: c.partRepeat, PartitionHandlers: c.partHandlers,
 		ShareRecords: c.shareRecords, ShareSessions: c.shareSessions, SharePoll: c.sharePoll, ShareProcesses: c.shareProcs,
 		ShareQueueSleep: c.shareQSleep.String(), ShareQueueConcurrency: c.shareQConc, ShareQueueConfigs: sessionsPollText(c.shareQConfigs),
-		ShareQueueRecords: c.shareQRecords}
+		ShareQueueRecords: c.shareQRecords, ShareStrictLoop: c.shareStrictLoop}
 }
 
 func printReport(w io.Writer, rep *Report) {

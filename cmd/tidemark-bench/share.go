@@ -1,7 +1,8 @@
 package main
 
 // The share workload: the share-group source (pkg/source/share) against
-// the consumer-group source (franz) on the same topics.
+// the consumer-group source (franz) on the same topics, and against a plain
+// franz-go share-group loop that does nothing (runShareLoop).
 //
 // Two cases:
 //
@@ -11,7 +12,12 @@ package main
 //     sessions (polls of -share-poll records) in one process; the franz
 //     source in key-less unordered mode (the only order a share source
 //     has). This is the cost of the ack gating: a session polls again only
-//     once every record of its last poll is settled (docs/share.md).
+//     once every record of its last poll is settled (docs/share.md). The
+//     no-op case also drains the topic with the plain share loop, polls of
+//     -share-poll records at franz-go's share defaults, and (with
+//     -share-strict-loop) once more fetching as the share source does:
+//     the share source's ceiling on the same protocol, as the plain
+//     franz-go loop is the group source's.
 //   - The case share groups exist for, more consumers than partitions: a
 //     1-partition topic, a -share-queue-sleep handler (50 ms), C =
 //     -share-queue-concurrency (8) per process, for -run-for; the share
@@ -30,15 +36,20 @@ package main
 // offsets its handlers finished over its whole run, and the harness adds
 // them up: a record that finished in two processes, or twice in one, was
 // handled more than once; redelivered counts the handler calls at a
-// delivery count above 1. Repetitions take the consumers in turn; a row's
+// delivery count above 1. Repetitions take the consumers in turn (in the
+// no-op case the plain share loops, then the share source, then the group
+// source), each run in a share group or consumer group of its own; a row's
 // ratio is the median of its paired ratios against the group source of the
-// same repetition.
+// same repetition, and in the no-op case against the plain share loop too.
+// The report's goals are those paired medians for the share source against
+// its targets: no-op ÷ the plain share loop, -sleep ÷ the group source.
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,13 +63,35 @@ import (
 type ShareReport struct {
 	Repeat int        `json:"repeat"`
 	Rows   []ShareRow `json:"rows"`
+	// Goals is the share source's paired ratios against its targets.
+	Goals []ShareGoal `json:"goals,omitempty"`
 }
+
+// ShareGoal is one share-source row's ratio against the baseline a target
+// is set for: the median of the paired runs, each run's, and the target.
+type ShareGoal struct {
+	Case     string    `json:"case"`
+	Consumer string    `json:"consumer"`
+	Baseline string    `json:"baseline"`
+	Ratio    float64   `json:"ratio"`
+	Runs     []float64 `json:"runs"`
+	Target   float64   `json:"target"`
+	Met      bool      `json:"met"`
+}
+
+// The share source's targets: with a no-op handler, this share of the
+// plain share loop's rate; with the -sleep handler, this share of the
+// group source's.
+const (
+	shareNoopTarget  = 0.8
+	shareSleepTarget = 0.9
+)
 
 // ShareRow is one consumer (one or several processes) in one case.
 type ShareRow struct {
 	Case        string `json:"case"`
 	Consumer    string `json:"consumer"`
-	Source      string `json:"source"` // share or franz
+	Source      string `json:"source"` // share, franz, or franz-share (the plain share loop)
 	Processes   int    `json:"processes"`
 	Sessions    int    `json:"sessions,omitempty"`
 	MaxPoll     int    `json:"max_poll_records,omitempty"`
@@ -77,6 +110,11 @@ type ShareRow struct {
 	Baseline  string    `json:"baseline,omitempty"`
 	Ratio     float64   `json:"ratio,omitempty"`
 	RatioRuns []float64 `json:"ratio_runs,omitempty"`
+	// BareRatio is the same against the plain share loop (BareBaseline),
+	// in the no-op case.
+	BareBaseline  string    `json:"bare_baseline,omitempty"`
+	BareRatio     float64   `json:"ratio_to_bare,omitempty"`
+	BareRatioRuns []float64 `json:"ratio_to_bare_runs,omitempty"`
 	// Over all repetitions: records handled (distinct offsets), those
 	// handled more than once, and handler calls at delivery count > 1.
 	Handled     int64 `json:"handled"`
@@ -88,6 +126,9 @@ type ShareRow struct {
 	// CPU seconds (whole life), PeakRSSMiB the largest process's.
 	CPUSeconds float64 `json:"cpu_seconds"`
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	// WindowCPUPerRecord is the median over the repetitions of the
+	// processes' CPU in their windows per record handled, µs.
+	WindowCPUPerRecord float64 `json:"window_cpu_us_per_record"`
 }
 
 // sessionsPoll is a share source's sessions and records per poll.
@@ -128,6 +169,7 @@ type shareRun struct {
 	seconds                    float64
 	handled, more, redelivered int64
 	cpu, rss                   float64
+	windowCPU                  float64 // the processes' CPU seconds in their windows
 }
 
 func (r shareRun) rate() float64 {
@@ -155,6 +197,7 @@ func combine(results []childResult, usages []usage) (shareRun, error) {
 		r.perProcess = append(r.perProcess, res.Records)
 		first, end = min(first, res.FirstNS), max(end, res.EndNS)
 		r.redelivered += res.Redelivered
+		r.windowCPU += res.WindowCPU
 		sets = append(sets, res.Seen, res.Again)
 		if i < len(usages) {
 			r.cpu += usages[i].CPUSeconds
@@ -182,6 +225,9 @@ type shareCase struct {
 	drain      bool
 	specs      []childSpec
 	processes  []int
+	// group and bare are the rows of the group source and of the plain
+	// share loop at franz-go's defaults (-1: none): the baselines.
+	group, bare int
 }
 
 // share runs the share workload.
@@ -223,7 +269,11 @@ func (b *bench) share(ctx context.Context) (*ShareReport, error) {
 			return nil, err
 		}
 		mk := func(adapter string, c, sessions, poll int) childSpec {
-			s := b.spec(tidemarkC, adapter, topic, sc.handler, c)
+			consumer := tidemarkC
+			if adapter == shareLoop {
+				consumer, adapter = shareLoop, ""
+			}
+			s := b.spec(consumer, adapter, topic, sc.handler, c)
 			s.Order, s.Sleep, s.Partitions, s.TrackOffsets, s.Gated = "unordered", sc.sleep, sc.partitions, int64(sc.records), true
 			s.ShareSessions, s.SharePoll = sessions, poll
 			if sc.drain {
@@ -233,14 +283,30 @@ func (b *bench) share(ctx context.Context) (*ShareReport, error) {
 			}
 			return s
 		}
+		sc.bare = -1
+		add := func(s childSpec, procs int) {
+			sc.specs = append(sc.specs, s)
+			sc.processes = append(sc.processes, procs)
+		}
 		if i < 2 {
-			sc.specs = append(sc.specs, mk("franz", conc, 0, 0))
-			sc.processes = append(sc.processes, 1)
-			for _, n := range b.c.shareSessions {
-				sc.specs = append(sc.specs, mk("share", conc, n, b.c.sharePoll))
-				sc.processes = append(sc.processes, 1)
+			// In run order: the plain share loops, the share source,
+			// the group source.
+			if sc.drain {
+				sc.bare = len(sc.specs)
+				add(mk(shareLoop, 0, 0, b.c.sharePoll), 1)
+				if b.c.shareStrictLoop {
+					s := mk(shareLoop, 0, 0, b.c.sharePoll)
+					s.ShareStrict = true
+					add(s, 1)
+				}
 			}
+			for _, n := range b.c.shareSessions {
+				add(mk("share", conc, n, b.c.sharePoll), 1)
+			}
+			sc.group = len(sc.specs)
+			add(mk("franz", conc, 0, 0), 1)
 		} else {
+			sc.group = 0
 			sc.specs = append(sc.specs, mk("franz", qConc, 0, 0))
 			sc.processes = append(sc.processes, 1)
 			for _, sp := range b.c.shareQConfigs {
@@ -256,30 +322,77 @@ func (b *bench) share(ctx context.Context) (*ShareReport, error) {
 	for i := range cases {
 		runs[i] = make([][]shareRun, len(cases[i].specs))
 	}
-	for range b.c.repeat {
+	for round := range b.c.repeat {
 		for ci, sc := range cases {
 			for ri, s := range sc.specs {
 				s.Group = b.name("group")
+				if b.c.profileDir != "" && sc.processes[ri] == 1 {
+					s.CPUProfile = filepath.Join(b.c.profileDir, fmt.Sprintf("share-%s-%s-r%d.pprof", sc.handler, shareSlug(s), round+1))
+				}
 				r, err := b.gatedRun(ctx, s, sc.processes[ri])
 				if err != nil {
 					return nil, fmt.Errorf("%s: %s: %w", sc.name, shareLabel(s, sc.processes[ri]), err)
 				}
 				runs[ci][ri] = append(runs[ci][ri], r)
-				b.logf("%-58s %7d records in %6.2fs %9.0f/s  handled %d, more than once %d, redelivered %d  (%.1f CPU s)",
-					shareLabel(s, sc.processes[ri]), r.records, r.seconds, r.rate(), r.handled, r.more, r.redelivered, r.cpu)
+				b.logf("%-58s %7d records in %6.2fs %9.0f/s  handled %d, more than once %d, redelivered %d  (%.1f CPU s, %.2f µs/record in the window)",
+					shareLabel(s, sc.processes[ri]), r.records, r.seconds, r.rate(), r.handled, r.more, r.redelivered, r.cpu, r.cpuPerRecord())
 			}
 		}
 	}
 	for ci, sc := range cases {
 		for ri, s := range sc.specs {
 			row := shareRowOf(sc, s, sc.processes[ri], runs[ci][ri])
-			if ri > 0 {
-				row.against(shareLabel(sc.specs[0], 1), runs[ci][ri], runs[ci][0])
+			if ri != sc.group {
+				row.against(shareLabel(sc.specs[sc.group], 1), runs[ci][ri], runs[ci][sc.group])
+			}
+			if sc.bare >= 0 && ri != sc.bare && ri != sc.group {
+				row.againstBare(shareLabel(sc.specs[sc.bare], 1), runs[ci][ri], runs[ci][sc.bare])
+			}
+			if s.Adapter == "share" && ci < 2 {
+				if g, ok := row.goal(); ok {
+					rep.Goals = append(rep.Goals, g)
+				}
 			}
 			rep.Rows = append(rep.Rows, row)
 		}
 	}
 	return rep, nil
+}
+
+// goal is a share-source row's ratio against its target: the plain share
+// loop's rate with a no-op handler, the group source's with the sleep one.
+func (row ShareRow) goal() (ShareGoal, bool) {
+	g := ShareGoal{Case: row.Case, Consumer: row.Consumer}
+	switch {
+	case row.Handler == "noop" && row.BareBaseline != "":
+		g.Baseline, g.Ratio, g.Runs, g.Target = row.BareBaseline, row.BareRatio, row.BareRatioRuns, shareNoopTarget
+	case row.Handler == "sleep" && row.Baseline != "":
+		g.Baseline, g.Ratio, g.Runs, g.Target = row.Baseline, row.Ratio, row.RatioRuns, shareSleepTarget
+	default:
+		return g, false
+	}
+	g.Met = g.Ratio >= g.Target
+	return g, true
+}
+
+func (r shareRun) cpuPerRecord() float64 {
+	if r.records <= 0 {
+		return 0
+	}
+	return 1e6 * r.windowCPU / float64(r.records)
+}
+
+// shareSlug names a consumer in a profile's file name.
+func shareSlug(s childSpec) string {
+	switch {
+	case s.Consumer == shareLoop && s.ShareStrict:
+		return "loop-strict"
+	case s.Consumer == shareLoop:
+		return "loop"
+	case s.Adapter == "share":
+		return fmt.Sprintf("share-s%d-m%d", s.ShareSessions, s.SharePoll)
+	}
+	return s.Adapter
 }
 
 // readyWait is how long a run waits for its other processes' first records
@@ -359,6 +472,12 @@ func awaitReady(ctx context.Context, readies []chan struct{}, wait time.Duration
 }
 
 func shareLabel(s childSpec, procs int) string {
+	if s.Consumer == shareLoop {
+		if s.ShareStrict {
+			return fmt.Sprintf("plain share loop (franz-go), polls of %d, strict", s.SharePoll)
+		}
+		return fmt.Sprintf("plain share loop (franz-go), polls of %d", s.SharePoll)
+	}
 	if s.Adapter != "share" {
 		return fmt.Sprintf("consumer group (franz), 1 member, C=%d", s.Concurrency)
 	}
@@ -373,20 +492,24 @@ func shareLabel(s childSpec, procs int) string {
 func shareRowOf(sc shareCase, s childSpec, procs int, runs []shareRun) ShareRow {
 	row := ShareRow{Case: sc.name, Consumer: shareLabel(s, procs), Source: s.Adapter, Processes: procs, Concurrency: s.Concurrency,
 		Partitions: sc.partitions, Handler: sc.handler}
-	if s.Adapter == "share" {
+	switch {
+	case s.Adapter == "share":
 		row.Sessions, row.MaxPoll = s.ShareSessions, s.SharePoll
+	case s.Consumer == shareLoop:
+		row.Source, row.MaxPoll = "franz-share", s.SharePoll
 	}
-	var cpu []float64
+	var cpu, perRecord []float64
 	for _, r := range runs {
 		row.Runs = append(row.Runs, r.rate())
 		row.PerProcess = append(row.PerProcess, r.perProcess)
 		cpu = append(cpu, r.cpu)
+		perRecord = append(perRecord, r.cpuPerRecord())
 		row.Handled += r.handled
 		row.HandledMore += r.more
 		row.Redelivered += r.redelivered
 		row.PeakRSSMiB = max(row.PeakRSSMiB, r.rss)
 	}
-	row.PerSecond, row.CPUSeconds = median(row.Runs), median(cpu)
+	row.PerSecond, row.CPUSeconds, row.WindowCPUPerRecord = median(row.Runs), median(cpu), median(perRecord)
 	if sc.sleep > 0 {
 		row.Theoretical = float64(procs*s.Concurrency) / sc.sleep.Seconds()
 		row.OfTheory = row.PerSecond / row.Theoretical
@@ -397,16 +520,29 @@ func shareRowOf(sc shareCase, s childSpec, procs int, runs []shareRun) ShareRow 
 // against sets the row's ratio: the median of its runs' rates over the
 // baseline's in the same repetition.
 func (row *ShareRow) against(baseline string, own, base []shareRun) {
+	if ratios := pairedRatios(own, base); len(ratios) > 0 {
+		row.Baseline, row.Ratio, row.RatioRuns = baseline, median(ratios), ratios
+	}
+}
+
+// againstBare sets the row's ratio against the plain share loop, as
+// against does against the group source.
+func (row *ShareRow) againstBare(baseline string, own, base []shareRun) {
+	if ratios := pairedRatios(own, base); len(ratios) > 0 {
+		row.BareBaseline, row.BareRatio, row.BareRatioRuns = baseline, median(ratios), ratios
+	}
+}
+
+// pairedRatios is own's rate over base's, repetition by repetition, where
+// base has one.
+func pairedRatios(own, base []shareRun) []float64 {
 	var ratios []float64
 	for i := range min(len(own), len(base)) {
 		if b := base[i].rate(); b > 0 {
 			ratios = append(ratios, own[i].rate()/b)
 		}
 	}
-	if len(ratios) == 0 {
-		return
-	}
-	row.Baseline, row.Ratio, row.RatioRuns = baseline, median(ratios), ratios
+	return ratios
 }
 
 // processSpread is the fewest and the most records one process handled in
@@ -426,9 +562,9 @@ func (row ShareRow) processSpread() (lo, hi int) {
 
 // printShare prints the share workload's table.
 func printShare(w io.Writer, sr *ShareReport) {
-	fmt.Fprintf(w, "\nshare: the share source against the consumer-group source (franz), %d repetitions\n", sr.Repeat)
+	fmt.Fprintf(w, "\nshare: the share source against the consumer-group source (franz) and the plain share loop, %d repetitions\n", sr.Repeat)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "case\tconsumer\trecords/s\tof theory\t÷ group (runs)\tper process min–max\thandled\t>1×\tredelivered\tCPU s\tRSS MiB\t")
+	fmt.Fprintln(tw, "case\tconsumer\trecords/s\tof theory\t÷ group (runs)\t÷ share loop (runs)\tper process min–max\thandled\t>1×\tredelivered\tCPU s\tCPU µs/record\tRSS MiB\t")
 	last := ""
 	for _, r := range sr.Rows {
 		c := r.Case
@@ -441,15 +577,40 @@ func printShare(w io.Writer, sr *ShareReport) {
 			theory = fmt.Sprintf("%.0f%% of %.0f", 100*r.OfTheory, r.Theoretical)
 		}
 		if r.Baseline != "" {
-			rs := make([]string, len(r.RatioRuns))
-			for i, x := range r.RatioRuns {
-				rs[i] = fmt.Sprintf("%.2f", x)
-			}
-			ratio = fmt.Sprintf("%.2f× (%s)", r.Ratio, strings.Join(rs, " "))
+			ratio = ratioRuns(r.Ratio, r.RatioRuns)
+		}
+		bare := ""
+		switch {
+		case r.BareBaseline != "":
+			bare = ratioRuns(r.BareRatio, r.BareRatioRuns)
+		case r.Source == "franz-share" && r.Baseline != "":
+			bare = "baseline"
 		}
 		lo, hi := r.processSpread()
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%d–%d\t%d\t%d\t%d\t%.1f\t%.0f\t\n", c, r.Consumer, r.PerSecond, theory, ratio,
-			lo, hi, r.Handled, r.HandledMore, r.Redelivered, r.CPUSeconds, r.PeakRSSMiB)
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%d–%d\t%d\t%d\t%d\t%.1f\t%.2f\t%.0f\t\n", c, r.Consumer, r.PerSecond, theory, ratio, bare,
+			lo, hi, r.Handled, r.HandledMore, r.Redelivered, r.CPUSeconds, r.WindowCPUPerRecord, r.PeakRSSMiB)
 	}
 	tw.Flush()
+	if len(sr.Goals) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nshare goals, medians of %d paired runs:\n", sr.Repeat)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, g := range sr.Goals {
+		met := "not met"
+		if g.Met {
+			met = "met"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t÷ %s\t%s\tgoal ≥ %.2f×: %s\t\n", g.Case, g.Consumer, g.Baseline, ratioRuns(g.Ratio, g.Runs), g.Target, met)
+	}
+	tw.Flush()
+}
+
+// ratioRuns formats a median ratio and its runs: "0.47× (0.41 0.47 0.53)".
+func ratioRuns(ratio float64, runs []float64) string {
+	rs := make([]string, len(runs))
+	for i, x := range runs {
+		rs[i] = fmt.Sprintf("%.2f", x)
+	}
+	return fmt.Sprintf("%.2f× (%s)", ratio, strings.Join(rs, " "))
 }

@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func TestParseSessionsPoll(t *testing.T) {
@@ -218,4 +223,85 @@ func TestAwaitReady(t *testing.T) {
 			t.Fatalf("go after %v with every process ready", d)
 		}
 	})
+}
+
+// TestShareGoalsAndBareRatio checks the share source's ratios against the
+// plain share loop (no-op) and the group source (sleep), and the goals made
+// of them.
+func TestShareGoalsAndBareRatio(t *testing.T) {
+	own := []shareRun{{records: 400, seconds: 2}, {records: 900, seconds: 3}, {records: 160, seconds: 1}}
+	bare := []shareRun{{records: 1000, seconds: 2}, {records: 1000, seconds: 2}, {records: 200, seconds: 1}}
+	noop := shareRowOf(shareCase{name: "n", handler: "noop"}, childSpec{Adapter: "share", Concurrency: 256, ShareSessions: 4, SharePoll: 512}, 1, own)
+	noop.against("group", own, bare)
+	noop.againstBare("loop", own, bare)
+	// Paired: 0.4, 0.6, 0.8 → 0.6.
+	if noop.BareBaseline != "loop" || math.Abs(noop.BareRatio-0.6) > 1e-9 || len(noop.BareRatioRuns) != 3 {
+		t.Fatalf("bare ratio %v %v", noop.BareRatio, noop.BareRatioRuns)
+	}
+	g, ok := noop.goal()
+	if !ok || g.Baseline != "loop" || g.Target != shareNoopTarget || g.Met || math.Abs(g.Ratio-0.6) > 1e-9 {
+		t.Fatalf("no-op goal %+v (%v): against the loop, 0.6 < 0.8", g, ok)
+	}
+	sleep := shareRowOf(shareCase{name: "s", handler: "sleep", sleep: 5 * time.Millisecond}, childSpec{Adapter: "share", Concurrency: 256, ShareSessions: 4}, 1, own)
+	sleep.against("group", own, []shareRun{{records: 400, seconds: 2}, {records: 900, seconds: 3}, {records: 200, seconds: 1}})
+	sleep.againstBare("loop", own, bare) // no effect on the sleep goal
+	g, ok = sleep.goal()
+	if !ok || g.Baseline != "group" || g.Target != shareSleepTarget || !g.Met || g.Ratio != 1 {
+		t.Fatalf("sleep goal %+v (%v): against the group source, 1 ≥ 0.9", g, ok)
+	}
+	if _, ok := (ShareRow{Handler: "noop", Baseline: "group"}).goal(); ok {
+		t.Fatal("a no-op row without the loop's ratio has no goal")
+	}
+	if r := (shareRun{records: 500, windowCPU: 0.001}); math.Abs(r.cpuPerRecord()-2) > 1e-9 {
+		t.Fatalf("%v µs/record, want 2", r.cpuPerRecord())
+	}
+	if l := shareLabel(childSpec{Consumer: shareLoop, SharePoll: 512, ShareStrict: true}, 1); !strings.Contains(l, "strict") {
+		t.Fatalf("label %q", l)
+	}
+	var b strings.Builder
+	printShare(&b, &ShareReport{Repeat: 3, Rows: []ShareRow{noop, sleep}, Goals: []ShareGoal{g}})
+	if !strings.Contains(b.String(), "0.60× (0.40 0.60 0.80)") || !strings.Contains(b.String(), "goal ≥ 0.90×: met") {
+		t.Fatalf("table:\n%s", b.String())
+	}
+}
+
+// TestShareLoopDrains runs the plain share loop on kfake: a fresh share
+// group reads the topic from its start (the loop sets
+// share.auto.offset.reset=earliest), every offset once, at franz-go's
+// defaults and strict.
+func TestShareLoopDrains(t *testing.T) {
+	const topic, parts, n = "t", 3, 3000
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte("v")}
+	}
+	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for i, strict := range []bool{false, true} {
+		spec := childSpec{Consumer: shareLoop, Brokers: c.ListenAddrs(), Topic: topic, Group: fmt.Sprintf("g%d", i),
+			Records: n, Partitions: parts, TrackOffsets: n, SharePoll: 100, ShareStrict: strict}
+		m := newMeter(spec)
+		if err := runShareLoop(ctx, spec, m); err != nil {
+			t.Fatalf("strict %v: %v", strict, err)
+		}
+		res := m.result()
+		handled, more, err := multiplicity(res.Seen, res.Again)
+		if err != nil || res.Records != n || handled != n || more != 0 || res.Outside != 0 || res.FirstNS == 0 {
+			t.Fatalf("strict %v: %d records, %d handled, %d more than once, %d outside (%v), window from %d", strict,
+				res.Records, handled, more, res.Outside, err, res.FirstNS)
+		}
+	}
 }

@@ -79,6 +79,7 @@ type Params struct {
 	ShareQueueConcurrency int      `json:"share_queue_concurrency,omitempty"`
 	ShareQueueConfigs     string   `json:"share_queue_configs,omitempty"`
 	ShareQueueRecords     int      `json:"share_queue_records,omitempty"`
+	ShareStrictLoop       bool     `json:"share_strict_loop,omitempty"`
 }
 
 // Result is one consumer on one workload: one row of the table.
