@@ -187,15 +187,6 @@ type simSink struct {
 }
 
 func (k *simSink) Assigned(ctx context.Context, as []runner.Assignment) error {
-	// A new assignment starts unpaused (runner.Source): runnertest
-	// resumes a partition it revoked or lost, not one it assigns again
-	// in place of the one it holds, which then stays paused if the
-	// runner had paused it.
-	tps := make([]runner.TP, 0, len(as))
-	for _, a := range as {
-		tps = append(tps, a.TP)
-	}
-	k.w.src.Source.Resume(tps)
 	err := k.Sink.Assigned(ctx, as)
 	k.w.assigned(as)
 	return err

@@ -92,8 +92,10 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 			case <-ctx.Done():
 				return nil
 			case <-s.wake:
-				continue
-			case <-time.After(10 * time.Millisecond):
+				// Only Append, Assign and Resume give take more to
+				// hand over; each pokes. No timer: in a synctest bubble
+				// a runner that never asks again is a deadlock the
+				// bubble reports at once.
 				continue
 			}
 		}
@@ -225,6 +227,9 @@ func (s *Source) assign(ctx context.Context, next func(last int32) int32, tps []
 			}
 		}
 		s.owned[tp] = &cursor{next: next}
+		// A new assignment starts unpaused (runner.Source), also one
+		// that replaces an assignment of tp without a revoke.
+		delete(s.paused, tp)
 		as = append(as, runner.Assignment{TP: tp, Start: start, Generation: gen, Member: member})
 	}
 	s.mu.Unlock()
