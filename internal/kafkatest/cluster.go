@@ -361,6 +361,50 @@ func (c *Cluster) AtEnd(group, topic string) func() bool {
 	}
 }
 
+// ShareLags returns the share-partition lag of share group on each
+// partition of topic (DescribeShareGroupOffsets): the records from the
+// share-partition start offset to the end that are not acknowledged
+// (accepted, rejected or archived); -1 where the group has no state for
+// the partition yet. The start offset moves on lazily (on Kafka 4.4 it can
+// stay 0 with every record accepted); the lag moves with each ack.
+func (c *Cluster) ShareLags(group, topic string) map[int32]int64 {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), OpTimeout)
+	defer cancel()
+	ends, err := c.ends(topic)
+	if err != nil {
+		c.t.Fatalf("kafkatest: end offsets of %s: %v", topic, err)
+	}
+	ds, err := c.adm.DescribeShareGroupOffsets(ctx, group)
+	if err == nil {
+		err = ds.Error()
+	}
+	if err != nil {
+		c.t.Fatalf("kafkatest: share offsets of group %s: %v", group, err)
+	}
+	out := make(map[int32]int64, len(ends))
+	for p := range ends {
+		out[p] = -1
+		if o, ok := ds[group].Offsets.Lookup(topic, p); ok && o.Err == nil {
+			out[p] = o.Lag
+		}
+	}
+	return out
+}
+
+// ShareAcked returns a condition for WaitFor: share group has acknowledged
+// every record of every partition of topic (lag 0 everywhere).
+func (c *Cluster) ShareAcked(group, topic string) func() bool {
+	return func() bool {
+		for _, lag := range c.ShareLags(group, topic) {
+			if lag != 0 {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 // Evict removes a dynamic member from its group with a LeaveGroup request
 // naming its member id (KIP-345's batch form, which an admin may send), as
 // the coordinator does when a session expires: the member's next heartbeat

@@ -3,6 +3,7 @@ package kafkatest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -108,12 +109,47 @@ type both struct{ writer }
 
 func (both) LimitFetch(runner.FetchLimits) error { return nil }
 
+type settler struct {
+	bare
+	got *[]runner.Settlement
+}
+
+func (s settler) Settle(_ runner.TP, _ int64, st runner.Settlement) {
+	if s.got != nil {
+		*s.got = append(*s.got, st)
+	}
+}
+
+type settlerBoth struct{ both }
+
+func (settlerBoth) Settle(runner.TP, int64, runner.Settlement) {}
+
+// TestWithOptionalSettle: the observer sees each settlement before the
+// source does, and the source still gets it.
+func TestWithOptionalSettle(t *testing.T) {
+	var got []runner.Settlement
+	var seen []string
+	src := settler{got: &got}
+	r := kafkatest.WithOptionalSettle(struct{ runner.Source }{src}, src, func(tp runner.TP, off int64, st runner.Settlement) {
+		seen = append(seen, fmt.Sprintf("%s@%d %s", tp, off, st))
+	})
+	st, ok := r.(runner.Settler)
+	if !ok {
+		t.Fatal("WithOptionalSettle over a Settler is no Settler")
+	}
+	st.Settle(runner.TP{Topic: "t", Partition: 1}, 7, runner.Rejected)
+	if len(got) != 1 || got[0] != runner.Rejected || len(seen) != 1 || seen[0] != "t/1@7 "+runner.Rejected.String() {
+		t.Errorf("source got %v, observer saw %q; want [Rejected] and one observation of t/1@7", got, seen)
+	}
+}
+
 // TestRunnable: the spy passes on exactly the optional interfaces of the
 // source it wraps.
 func TestRunnable(t *testing.T) {
-	for _, src := range []runner.Source{bare{}, writer{}, limiter{}, both{}} {
+	for _, src := range []runner.Source{bare{}, writer{}, limiter{}, both{}, settler{}, settlerBoth{}} {
 		_, wantW := src.(runner.DeadLetterWriter)
 		_, wantL := src.(runner.FetchLimiter)
+		_, wantS := src.(runner.Settler)
 		// Any wrapper that embeds runner.Source, as the Spy and
 		// sourcetest's contract spy do.
 		wrapper := struct{ runner.Source }{src}
@@ -123,8 +159,9 @@ func TestRunnable(t *testing.T) {
 		} {
 			_, gotW := r.(runner.DeadLetterWriter)
 			_, gotL := r.(runner.FetchLimiter)
-			if gotW != wantW || gotL != wantL {
-				t.Errorf("%T, %s: a DeadLetterWriter %v, FetchLimiter %v; want %v, %v", src, what, gotW, gotL, wantW, wantL)
+			_, gotS := r.(runner.Settler)
+			if gotW != wantW || gotL != wantL || gotS != wantS {
+				t.Errorf("%T, %s: a DeadLetterWriter %v, FetchLimiter %v, Settler %v; want %v, %v, %v", src, what, gotW, gotL, gotS, wantW, wantL, wantS)
 			}
 		}
 	}

@@ -42,45 +42,102 @@ func (s *Spy) Runnable() runner.Source { return WithOptional(s, s.Source) }
 
 // WithOptional returns wrapper as a runner.Source that also implements each
 // optional interface of the runner (runner.DeadLetterWriter,
-// runner.FetchLimiter, runner.Grouped) that inner, the Source it wraps,
-// implements, so a runner over it behaves as over inner: it writes dead
-// letters through it, sets its fetch limits and learns its group. A
-// wrapper that embeds runner.Source alone hides them.
+// runner.FetchLimiter, runner.Settler, runner.Grouped) that inner, the
+// Source it wraps, implements, so a runner over it behaves as over inner:
+// it writes dead letters through it, sets its fetch limits, settles its
+// records one by one and learns its group. A wrapper that embeds
+// runner.Source alone hides them.
 func WithOptional(wrapper, inner runner.Source) runner.Source {
-	dlw, isDLW := inner.(runner.DeadLetterWriter)
-	fl, isFL := inner.(runner.FetchLimiter)
+	return WithOptionalSettle(wrapper, inner, nil)
+}
+
+// WithOptionalSettle is WithOptional, with observe (when not nil) called
+// before each of inner's Settle calls: a spy's view of the settlements.
+func WithOptionalSettle(wrapper, inner runner.Source, observe func(runner.TP, int64, runner.Settlement)) runner.Source {
+	dlw, _ := inner.(runner.DeadLetterWriter)
+	fl, _ := inner.(runner.FetchLimiter)
+	var st runner.Settler
+	if is, ok := inner.(runner.Settler); ok {
+		st = is
+		if observe != nil {
+			st = settleFunc(func(tp runner.TP, off int64, s runner.Settlement) {
+				observe(tp, off, s)
+				is.Settle(tp, off, s)
+			})
+		}
+	}
 	// Grouped is always there: a Group of "" is what the runner takes for
 	// a source without one.
 	var g groupOf
 	if gr, ok := inner.(runner.Grouped); ok {
 		g = groupOf(gr.Group())
 	}
+	type (
+		W = runner.DeadLetterWriter
+		L = runner.FetchLimiter
+		S = runner.Settler
+		G = runner.Grouped
+	)
+	src := wrapper
 	switch {
-	case isDLW && isFL:
+	case dlw != nil && fl != nil && st != nil:
 		return struct {
 			runner.Source
-			runner.DeadLetterWriter
-			runner.FetchLimiter
-			runner.Grouped
-		}{wrapper, dlw, fl, g}
-	case isDLW:
+			W
+			L
+			S
+			G
+		}{src, dlw, fl, st, g}
+	case dlw != nil && fl != nil:
 		return struct {
 			runner.Source
-			runner.DeadLetterWriter
-			runner.Grouped
-		}{wrapper, dlw, g}
-	case isFL:
+			W
+			L
+			G
+		}{src, dlw, fl, g}
+	case dlw != nil && st != nil:
 		return struct {
 			runner.Source
-			runner.FetchLimiter
-			runner.Grouped
-		}{wrapper, fl, g}
+			W
+			S
+			G
+		}{src, dlw, st, g}
+	case fl != nil && st != nil:
+		return struct {
+			runner.Source
+			L
+			S
+			G
+		}{src, fl, st, g}
+	case dlw != nil:
+		return struct {
+			runner.Source
+			W
+			G
+		}{src, dlw, g}
+	case fl != nil:
+		return struct {
+			runner.Source
+			L
+			G
+		}{src, fl, g}
+	case st != nil:
+		return struct {
+			runner.Source
+			S
+			G
+		}{src, st, g}
 	}
 	return struct {
 		runner.Source
-		runner.Grouped
-	}{wrapper, g}
+		G
+	}{src, g}
 }
+
+// settleFunc is a function as a runner.Settler.
+type settleFunc func(runner.TP, int64, runner.Settlement)
+
+func (f settleFunc) Settle(tp runner.TP, off int64, s runner.Settlement) { f(tp, off, s) }
 
 // groupOf is a group's name as a runner.Grouped.
 type groupOf string
