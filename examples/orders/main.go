@@ -70,6 +70,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -128,6 +129,7 @@ type config struct {
 	unsafeInbox []inbox.Option
 	metaMaxAge  time.Duration
 	kafkaDial   map[string]string // broker address → address dialed
+	maxBuffered int64             // runner.MaxBufferedBytes; 0: the runner's default
 }
 
 func main() {
@@ -167,6 +169,26 @@ func dsnHasPassword(dsn string) bool {
 	return false
 }
 
+// parseBytes reads a byte count as GOMEMLIMIT writes one: a positive
+// integer with an optional unit B, KiB, MiB, GiB or TiB (128MiB).
+func parseBytes(s string) (int64, error) {
+	mult, num := int64(1), s
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			mult, num = u.mult, strings.TrimSuffix(s, u.suffix)
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64/mult {
+		return 0, errors.New("want a positive number of bytes with an optional unit B, KiB, MiB, GiB or TiB (e.g. 128MiB)")
+	}
+	return n * mult, nil
+}
+
 func env(name, def string) string {
 	if v, ok := os.LookupEnv(name); ok && v != "" {
 		return v
@@ -195,6 +217,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	controls := fs.String("controls", env("ORDERS_CONTROLS", "false"), "serve the status page's pause and resume controls (an admin surface)")
 	effect := fs.String("effect", env("ORDERS_EFFECT", "idempotent"), "idempotent, or strict: a test effect that records every application (see the package doc)")
 	metaMaxAge := fs.String("metadata-max-age", env("ORDERS_METADATA_MAX_AGE", "0s"), "Kafka metadata refresh interval (0: franz-go's, 5m)")
+	maxBuffered := fs.String("max-buffered-bytes", env("ORDERS_MAX_BUFFERED_BYTES", ""), "the most the runner holds for records (runner.MaxBufferedBytes), such as 128MiB (empty: the runner's 256MiB); size GOMEMLIMIT from it")
 	kafkaDial := fs.String("kafka-dial", env("ORDERS_KAFKA_DIAL", ""), "for tests: broker=address,… dial each broker at the address given")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -250,6 +273,11 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	}
 	if c.metaMaxAge, err = time.ParseDuration(*metaMaxAge); err != nil || c.metaMaxAge < 0 {
 		return c, fmt.Errorf("-metadata-max-age / ORDERS_METADATA_MAX_AGE %q: want a duration such as 10s", *metaMaxAge)
+	}
+	if *maxBuffered != "" {
+		if c.maxBuffered, err = parseBytes(*maxBuffered); err != nil {
+			return c, fmt.Errorf("-max-buffered-bytes / ORDERS_MAX_BUFFERED_BYTES %q: %v", *maxBuffered, err)
+		}
 	}
 	if c.kafkaDial, err = parseDialMap(*kafkaDial); err != nil {
 		return c, err
@@ -507,6 +535,9 @@ func run(cfg config, log *slog.Logger) int {
 		runner.DrainBudget(cfg.budget / 2),
 		runner.Logger(log),
 		runner.MeterProvider(mp),
+	}
+	if cfg.maxBuffered > 0 {
+		ropts = append(ropts, runner.MaxBufferedBytes(cfg.maxBuffered))
 	}
 	if !cfg.share {
 		// A share group has no assignments and no lease (the runner

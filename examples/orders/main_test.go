@@ -79,6 +79,36 @@ func TestConfigEffect(t *testing.T) {
 	}
 }
 
+// TestConfigMaxBufferedBytes: -max-buffered-bytes (or
+// ORDERS_MAX_BUFFERED_BYTES) takes GOMEMLIMIT's format; a bad value is
+// refused naming the flag; unset leaves the runner's default.
+func TestConfigMaxBufferedBytes(t *testing.T) {
+	t.Setenv("TIDEMARK_KAFKA_BROKERS", "127.0.0.1:9092")
+	t.Setenv("TIDEMARK_PG_DSN", "postgres://orders@127.0.0.1:5432/orders")
+	for _, tc := range []struct {
+		args []string
+		env  string
+		want int64
+	}{
+		{nil, "", 0},
+		{[]string{"-max-buffered-bytes", "128MiB"}, "", 128 << 20},
+		{nil, "1GiB", 1 << 30},
+		{[]string{"-max-buffered-bytes", "4096"}, "1GiB", 4096},
+	} {
+		t.Setenv("ORDERS_MAX_BUFFERED_BYTES", tc.env)
+		c, err := parseConfig(tc.args, &bytes.Buffer{})
+		if err != nil || c.maxBuffered != tc.want {
+			t.Errorf("orders %v with ORDERS_MAX_BUFFERED_BYTES=%q: %d, err %v; want %d", tc.args, tc.env, c.maxBuffered, err, tc.want)
+		}
+	}
+	t.Setenv("ORDERS_MAX_BUFFERED_BYTES", "")
+	for _, bad := range []string{"128MB", "-1MiB", "0", "lots", "9999999TiB"} {
+		if _, err := parseConfig([]string{"-max-buffered-bytes", bad}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "-max-buffered-bytes") {
+			t.Errorf("orders -max-buffered-bytes %s: %v, want an error naming -max-buffered-bytes", bad, err)
+		}
+	}
+}
+
 // TestConfigRefusesAPasswordInArgv: a -dsn with a password, URL or
 // key=value, is refused without quoting it, pointing to the environment;
 // one without a password is taken.

@@ -42,7 +42,8 @@ type Sizing struct {
 }
 
 // OrdersSizing is the orders example's: the runner's default
-// MaxBufferedBytes (the example sets none), 64 partitions (the topic has
+// MaxBufferedBytes (a kit that sets ORDERS_MAX_BUFFERED_BYTES or
+// -max-buffered-bytes is checked against its own), 64 partitions (the topic has
 // 12 by default), 16 MiB for pgx, 64 handlers, OpenTelemetry and HTTP.
 var OrdersSizing = Sizing{
 	MaxBufferedBytes: 256 << 20,
@@ -68,6 +69,9 @@ const (
 	envSession  = "ORDERS_SESSION_TIMEOUT"
 	defSession  = 10 * time.Second
 	envMemLimit = "GOMEMLIMIT"
+	// envMaxBuffered is runner.MaxBufferedBytes, in GOMEMLIMIT's format;
+	// unset, the runner's default (Sizing.MaxBufferedBytes).
+	envMaxBuffered = "ORDERS_MAX_BUFFERED_BYTES"
 )
 
 // MinStaticSession is the least session timeout the check accepts when
@@ -347,7 +351,19 @@ func (k *Kit) Check(sz Sizing) error {
 		fail(sts, "spec.template.metadata.annotations[prometheus.io/port] %d: not the container port /metrics is served on (%s %s; %s)", n, envHTTP, httpPort.String(), portList(c))
 	}
 
-	// Memory: GOMEMLIMIT from MaxBufferedBytes, the limit twice it.
+	// Memory: GOMEMLIMIT from MaxBufferedBytes (the kit's, or the
+	// runner's default), the limit twice it.
+	if v, err := setting(envMaxBuffered); err != nil {
+		errs = append(errs, err)
+	} else if v.set && !v.known() {
+		fail(sts, "%s %s (%s): the check cannot read it, and sizes GOMEMLIMIT from it; set it in the manifest", cpath, envMaxBuffered, v.src)
+	} else if v.set {
+		if b, err := parseGOMEMLIMIT(v.value); err != nil {
+			fail(sts, "%s %s %q (%s): %v", cpath, envMaxBuffered, v.value, v.src, err)
+		} else {
+			sz.MaxBufferedBytes = b
+		}
+	}
 	limit, hasLimit := c.Resources.Limits[corev1.ResourceMemory]
 	if !hasLimit {
 		fail(sts, "%s.resources.limits.memory is unset", cpath)
@@ -448,22 +464,23 @@ func (v envValue) known() bool { return v.set && v.fieldRef == "" && !v.secret }
 // variable that gives its default. TestOrdersFlagsAreMains checks them
 // against examples/orders/main.go.
 var OrdersFlags = map[string]string{
-	"brokers":          envBrokers,
-	"dsn":              envDSN,
-	"group":            "ORDERS_GROUP",
-	"topic":            "ORDERS_TOPIC",
-	"dlq":              "ORDERS_DLQ",
-	"http":             envHTTP,
-	"concurrency":      "ORDERS_CONCURRENCY",
-	"instance-id":      envInstance,
-	"delay":            "ORDERS_DELAY",
-	"session-timeout":  envSession,
-	"mode":             "ORDERS_MODE",
-	"share-lock":       "ORDERS_SHARE_LOCK",
-	"controls":         "ORDERS_CONTROLS",
-	"effect":           "ORDERS_EFFECT",
-	"kafka-dial":       "ORDERS_KAFKA_DIAL",
-	"metadata-max-age": "ORDERS_METADATA_MAX_AGE",
+	"brokers":            envBrokers,
+	"dsn":                envDSN,
+	"group":              "ORDERS_GROUP",
+	"topic":              "ORDERS_TOPIC",
+	"dlq":                "ORDERS_DLQ",
+	"http":               envHTTP,
+	"concurrency":        "ORDERS_CONCURRENCY",
+	"instance-id":        envInstance,
+	"delay":              "ORDERS_DELAY",
+	"session-timeout":    envSession,
+	"mode":               "ORDERS_MODE",
+	"share-lock":         "ORDERS_SHARE_LOCK",
+	"controls":           "ORDERS_CONTROLS",
+	"effect":             "ORDERS_EFFECT",
+	"kafka-dial":         "ORDERS_KAFKA_DIAL",
+	"metadata-max-age":   "ORDERS_METADATA_MAX_AGE",
+	"max-buffered-bytes": envMaxBuffered,
 }
 
 // ordersArgs parses the container's args as examples/orders does (the

@@ -232,6 +232,17 @@ var kitMutations = []mutation{
 	{name: "GOMEMLIMIT from the limit in MiB", file: "statefulset.yaml", old: "              value: 288MiB\n", new: "              valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}\n",
 		wantInErrs: []string{"env[GOMEMLIMIT] 576 B", "resourceFieldRef limits.memory"}},
 
+	{name: "MaxBufferedBytes above what GOMEMLIMIT was sized for", file: "configmap.yaml", old: `  ORDERS_SESSION_TIMEOUT: "45s"`, new: `  ORDERS_SESSION_TIMEOUT: "45s"
+  ORDERS_MAX_BUFFERED_BYTES: "512MiB"`,
+		wantInErrs: []string{"env[GOMEMLIMIT] 288.0 MiB", "= MaxBufferedBytes 512.0 MiB"}},
+	{name: "MaxBufferedBytes below the default", file: "configmap.yaml", old: `  ORDERS_SESSION_TIMEOUT: "45s"`, new: `  ORDERS_SESSION_TIMEOUT: "45s"
+  ORDERS_MAX_BUFFERED_BYTES: "64MiB"`},
+	{name: "MaxBufferedBytes in a unit the example does not read", file: "configmap.yaml", old: `  ORDERS_SESSION_TIMEOUT: "45s"`, new: `  ORDERS_SESSION_TIMEOUT: "45s"
+  ORDERS_MAX_BUFFERED_BYTES: "64Mi"`,
+		wantInErrs: []string{`ORDERS_MAX_BUFFERED_BYTES "64Mi"`}},
+	{name: "MaxBufferedBytes from the args", file: "statefulset.yaml", old: "value: 288MiB", new: "value: 600MiB\n          args: [-max-buffered-bytes, 600MiB]",
+		wantInErrs: []string{"= MaxBufferedBytes 600.0 MiB", "limits.memory 576Mi < 2 × GOMEMLIMIT 600.0 MiB"}},
+
 	// Static membership.
 	{name: "session too short for a replacement", file: "configmap.yaml", old: `ORDERS_SESSION_TIMEOUT: "45s"`, new: `ORDERS_SESSION_TIMEOUT: "10s"`,
 		wantInErrs: []string{"ORDERS_SESSION_TIMEOUT 10s", "< 30s", "static membership"}},
