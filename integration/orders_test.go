@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/tidemark/tidemark/integration/bed"
 	"github.com/tidemark/tidemark/internal/kafkatest"
+	"github.com/tidemark/tidemark/internal/tcpproxy"
 )
 
 // ordersBins builds the orders service and its producer, once for the
@@ -342,4 +344,54 @@ func TestOrdersDrainBudgetRunsOut(t *testing.T) {
 		t.Fatalf("instance b exited %d, want 0", code)
 	}
 	e.exactlyOnce(total)
+}
+
+// TestOrdersStartsUnreadyWithoutKafka: started while no broker answers
+// (the broker's address dialed through a proxy that refuses), the service
+// does not exit: it serves /livez 200 and /readyz 503 naming Kafka, and
+// once the broker answers it starts and becomes ready; SIGTERM then stops
+// it with exit 0. (It exited 1 after 30 s, serving no probe.)
+func TestOrdersStartsUnreadyWithoutKafka(t *testing.T) {
+	t.Parallel()
+	e := newOrdersEnv(t, 2)
+	broker := bed.Kafka(t)[0]
+	px, err := tcpproxy.New(broker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	px.Cut()
+	a := e.start("a", freePort(t), "ORDERS_KAFKA_DIAL="+broker+"="+px.Addr())
+	body := func(path string) (int, string) {
+		c := http.Client{Timeout: time.Second}
+		resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d%s", a.port, path))
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var last string
+	kafkatest.WaitFor(t, 30*time.Second, "/readyz 503 naming Kafka while no broker answers", func() bool {
+		st, b := body("/readyz")
+		last = fmt.Sprint(st, " ", b)
+		return st == http.StatusServiceUnavailable && strings.Contains(b, "Kafka")
+	})
+	if st, b := body("/livez"); st != http.StatusOK {
+		t.Errorf("/livez while waiting for Kafka: %d %q, want 200", st, b)
+	}
+	select {
+	case <-a.done:
+		t.Fatalf("the service exited while waiting for Kafka (status %d)", a.cmd.ProcessState.ExitCode())
+	default:
+	}
+	t.Logf("while Kafka was unreachable: /readyz %s", strings.TrimSpace(last))
+	if err := px.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	kafkatest.WaitFor(t, time.Minute, "/readyz 200 once the broker answers", func() bool { return a.get("/readyz") == http.StatusOK })
+	if code, took := a.stop(t, 30*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM (in %v), want 0", code, took)
+	}
 }

@@ -4,7 +4,9 @@
 // total in one transaction with the inbox row — so a replay changes nothing.
 // It serves /livez, /readyz, /statusz, the status page /tidemark (and
 // /tidemark.json) and /metrics (Prometheus), and stops
-// gracefully on SIGTERM within TIDEMARK_SHUTDOWN_BUDGET.
+// gracefully on SIGTERM within TIDEMARK_SHUTDOWN_BUDGET. The probes are
+// served from the start: while PostgreSQL or Kafka cannot be reached the
+// process waits, /readyz 503 naming what it waits for.
 //
 // Configuration (flag, or the environment variable in brackets):
 //
@@ -78,10 +80,13 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	promclient "github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -480,14 +485,64 @@ func run(cfg config, log *slog.Logger) int {
 		return fail("metrics exporter", err)
 	}
 
+	// The probes are served from the start: while PostgreSQL or Kafka
+	// cannot be reached, /livez answers 200 and /readyz 503 with what the
+	// process waits for, and a signal ends the wait (exit 0); what cannot
+	// change by waiting (a bad DSN, a missing topic, a refused
+	// migration) exits 1.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	ln, err := net.Listen("tcp", cfg.http)
+	if err != nil {
+		return fail("listen "+cfg.http, err)
+	}
+	st := &starting{}
+	var serving atomic.Pointer[http.Handler]
+	startMux := http.NewServeMux()
+	startMux.Handle("/", st.handler())
+	startMux.Handle("GET /metrics", metricsHandler)
+	serving.Store(ptr[http.Handler](startMux))
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		(*serving.Load()).ServeHTTP(w, r)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("serving probes and metrics; starting", "addr", ln.Addr().String())
+	setupCtx, setupDone := context.WithCancel(ctx)
+	stopped := make(chan os.Signal, 1)
+	go func() {
+		select {
+		case sig := <-sigs:
+			stopped <- sig
+			setupDone()
+		case <-setupCtx.Done():
+		}
+	}()
+	// abort ends the start: the process exits 0 after a signal, else 1.
+	abort := func(what string, err error) int {
+		setupDone()
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		_ = mp.Shutdown(sctx)
+		select {
+		case sig := <-stopped:
+			log.Info("signal received while starting: exiting", "signal", sig.String(), "waiting_for", what)
+			return 0
+		default:
+		}
+		return fail(what, err)
+	}
+
 	pool, err := pgxpool.New(ctx, cfg.dsn)
 	if err != nil {
 		// pgx's parse errors may quote the string, password included.
-		return fail("database config", errors.New("-dsn / TIDEMARK_PG_DSN is not a valid connection string"))
+		return abort("database config", errors.New("-dsn / TIDEMARK_PG_DSN is not a valid connection string"))
 	}
-	if err := createTables(ctx, pool, cfg.strict); err != nil {
+	if err := st.await(setupCtx, log, "PostgreSQL: creating the orders tables", func(ctx context.Context) error {
+		return createTables(ctx, pool, cfg.strict)
+	}); err != nil {
 		pool.Close()
-		return fail("creating the orders tables", err)
+		return abort("creating the orders tables", err)
 	}
 	iopts := append([]inbox.Option{inbox.MeterProvider(mp), inbox.Logger(log)}, cfg.unsafeInbox...)
 	if cfg.share {
@@ -496,21 +551,21 @@ func run(cfg config, log *slog.Logger) int {
 	store, err := inbox.New(pool, cfg.group, iopts...)
 	if err != nil {
 		pool.Close()
-		return fail("inbox", err)
+		return abort("inbox", err)
 	}
-	if err := store.Migrate(ctx); err != nil {
+	if err := st.await(setupCtx, log, "PostgreSQL: migrating the inbox", store.Migrate); err != nil {
 		pool.Close()
-		return fail("inbox migration", err)
+		return abort("inbox migration", err)
 	}
-	if err := ensureTopics(ctx, cfg); err != nil {
+	if err := st.await(setupCtx, log, "Kafka: finding the topics", func(ctx context.Context) error { return ensureTopics(ctx, cfg) }); err != nil {
 		pool.Close()
-		return fail("topics", err)
+		return abort("topics", err)
 	}
 
 	src, err := newSource(cfg, log)
 	if err != nil {
 		pool.Close()
-		return fail("kafka source", err)
+		return abort("kafka source", err)
 	}
 	effect := apply
 	if cfg.strict {
@@ -547,26 +602,18 @@ func run(cfg config, log *slog.Logger) int {
 	r, err := runner.New(src, ropts...)
 	if err != nil {
 		pool.Close()
-		return fail("runner", err)
+		return abort("runner", err)
 	}
 
 	probes := shutdown.NewProbes(r, 15*time.Second)
 	if err := observeReady(mp, cfg.group, probes.Ready); err != nil {
 		pool.Close()
-		return fail("readiness gauge", err)
+		return abort("readiness gauge", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", probes.Handler())
 	mux.Handle("GET /metrics", metricsHandler)
 	status.New(r, status.Controls(cfg.controls)).Register(mux)
-	ln, err := net.Listen("tcp", cfg.http)
-	if err != nil {
-		pool.Close()
-		return fail("listen "+cfg.http, err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	log.Info("serving probes, the status page and metrics", "addr", ln.Addr().String(), "controls", cfg.controls)
 
 	coord, err := shutdown.NewCoordinator(r, shutdown.Budget(cfg.budget), shutdown.WithProbes(probes), shutdown.Logger(log),
 		shutdown.Close(
@@ -576,10 +623,18 @@ func run(cfg config, log *slog.Logger) int {
 		))
 	if err != nil {
 		pool.Close()
-		return fail("shutdown coordinator", err)
+		return abort("shutdown coordinator", err)
 	}
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	// Started: the signal now stops the runner (the coordinator); one
+	// that came during the last step still does.
+	setupDone()
+	select {
+	case sig := <-stopped:
+		sigs <- sig
+	default:
+	}
+	serving.Store(ptr[http.Handler](mux))
+	log.Info("started: serving the runner's probes, the status page and metrics", "controls", cfg.controls)
 
 	if cfg.share {
 		// Retention: a share group commits no offsets; every record below
@@ -620,6 +675,80 @@ func run(cfg config, log *slog.Logger) int {
 	log.Info("exiting", "status", code)
 	return code
 }
+
+// starting is the process's state before the runner exists: what it
+// waits for, served by /readyz.
+type starting struct {
+	mu     sync.Mutex
+	reason string
+}
+
+func (st *starting) set(reason string) {
+	st.mu.Lock()
+	st.reason = reason
+	st.mu.Unlock()
+}
+
+func (st *starting) get() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.reason
+}
+
+// handler answers /livez 200 (the process is alive, and waiting: a
+// restart would not bring PostgreSQL or Kafka back) and every other path,
+// /readyz included, 503 with what the start waits for.
+func (st *starting) handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if r.URL.Path == "/livez" {
+			fmt.Fprintf(w, "ok: starting: %s\n", st.get())
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not ready: starting: %s\n", st.get())
+	})
+}
+
+// await runs step until it succeeds, while its error says the dependency
+// cannot be reached (see waitable), with a backoff from half a second to
+// ten; /readyz meanwhile names the step and its last error. Any other
+// error, or ctx ending (a signal), ends the wait.
+func (st *starting) await(ctx context.Context, log *slog.Logger, step string, f func(context.Context) error) error {
+	st.set(step)
+	wait := 500 * time.Millisecond
+	for {
+		err := f(ctx)
+		if err == nil || !waitable(err) || ctx.Err() != nil {
+			return err
+		}
+		st.set(step + ": " + err.Error())
+		log.Warn("waiting to start", "step", step, "err", err, "retry_in", wait)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+}
+
+// waitable reports whether err says a dependency cannot be reached now:
+// PostgreSQL refused or timed out the connection, or the Kafka brokers
+// did not answer. Such a start waits; anything else exits.
+func waitable(err error) bool {
+	var ce *pgconn.ConnectError
+	var u unreachable
+	return errors.As(err, &ce) || errors.As(err, &u) || pgconn.Timeout(err)
+}
+
+// unreachable marks an error of a Kafka request no broker answered.
+type unreachable struct{ err error }
+
+func (u unreachable) Error() string { return u.err.Error() }
+func (u unreachable) Unwrap() error { return u.err }
+
+func ptr[T any](v T) *T { return &v }
 
 // forcedGrace is how long the process waits for Run after a second signal:
 // enough for handlers that honour their cancelled ctx and for the client
@@ -759,11 +888,12 @@ func ensureTopics(ctx context.Context, cfg config) error {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Each try: the start retries (starting.await) while no broker answers.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	td, err := adm.ListTopics(ctx, cfg.topic, cfg.dlq)
 	if err != nil {
-		return fmt.Errorf("listing topics: %w", err)
+		return unreachable{fmt.Errorf("listing topics: %w", err)}
 	}
 	t, ok := td[cfg.topic]
 	if !ok || t.Err != nil {
