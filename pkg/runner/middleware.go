@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 )
 
@@ -40,15 +41,21 @@ func Timeout(d time.Duration) Middleware {
 		// deadline was what ended the attempt's context.
 		cause := &timeoutCause{d: d}
 		return func(ctx context.Context, rec Record) error {
-			ctx, cancel := context.WithTimeoutCause(ctx, d, cause)
-			defer cancel()
-			err := next(ctx, rec)
-			if err != nil && context.Cause(ctx) == error(cause) {
-				return &TimeoutError{Record: rec.String(), Timeout: d, Err: err}
-			}
-			return err
+			return cause.run(ctx, rec.String, func(ctx context.Context) error { return next(ctx, rec) })
 		}
 	}
+}
+
+// run calls f under the cause's deadline and returns its error as a
+// *TimeoutError naming what() when the deadline ended the attempt.
+func (c *timeoutCause) run(ctx context.Context, what func() string, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, c.d, c)
+	defer cancel()
+	err := f(ctx)
+	if err != nil && context.Cause(ctx) == error(c) {
+		return &TimeoutError{Record: what(), Timeout: c.d, Err: err}
+	}
+	return err
 }
 
 // timeoutCause is the cancellation cause of one Timeout middleware's
@@ -106,23 +113,95 @@ func LogFailures(logger *slog.Logger) Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, rec Record) error {
 			err := next(ctx, rec)
-			if err == nil {
-				return nil
+			if err != nil {
+				logFailure(ctx, logger, err, slog.String("record", rec.String()))
 			}
-			if errors.Is(ctx.Err(), context.Canceled) {
-				logger.LogAttrs(ctx, slog.LevelDebug, "handler attempt ended by a cancelled context",
-					slog.String("record", rec.String()), slog.Int("attempt", Attempt(ctx)), slog.Any("err", err))
-				return err
-			}
-			if errors.Is(err, ErrFenced) {
-				logger.LogAttrs(ctx, slog.LevelWarn, "handler attempt fenced by a newer owner",
-					slog.String("record", rec.String()), slog.Int("attempt", Attempt(ctx)), slog.Any("err", err))
-				return err
-			}
-			logger.LogAttrs(ctx, slog.LevelWarn, "handler attempt failed",
-				slog.String("record", rec.String()), slog.Int("attempt", Attempt(ctx)),
-				slog.String("kind", KindOf(err).String()), slog.Any("err", err))
 			return err
 		}
 	}
+}
+
+// logFailure logs one failed attempt as LogFailures and LogBatchFailures
+// say, with what names the attempt's record or batch.
+func logFailure(ctx context.Context, logger *slog.Logger, err error, what ...slog.Attr) {
+	attrs := append(what, slog.Int("attempt", Attempt(ctx)))
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		logger.LogAttrs(ctx, slog.LevelDebug, "handler attempt ended by a cancelled context", append(attrs, slog.Any("err", err))...)
+	case errors.Is(err, ErrFenced):
+		logger.LogAttrs(ctx, slog.LevelWarn, "handler attempt fenced by a newer owner", append(attrs, slog.Any("err", err))...)
+	default:
+		logger.LogAttrs(ctx, slog.LevelWarn, "handler attempt failed",
+			append(attrs, slog.String("kind", KindOf(err).String()), slog.Any("err", err))...)
+	}
+}
+
+// BatchMiddleware wraps a BatchHandler, as Middleware wraps a Handler.
+type BatchMiddleware func(BatchHandler) BatchHandler
+
+// ChainBatch returns h wrapped by mw, the first middleware outermost:
+// ChainBatch(h, a, b) runs a(b(h)).
+func ChainBatch(h BatchHandler, mw ...BatchMiddleware) BatchHandler {
+	for i := len(mw) - 1; i >= 0; i-- {
+		h = mw[i](h)
+	}
+	return h
+}
+
+// BatchTimeout is Timeout for a BatchHandler: each attempt of a batch gets
+// a deadline d after it starts, and one that fails after it passed is
+// returned as a *TimeoutError whose Record names the batch
+// (topic/partition@first-last), wrapping the handler's error (a
+// *BatchError in it keeps its meaning). d == 0 is no timeout; a negative
+// d panics.
+func BatchTimeout(d time.Duration) BatchMiddleware {
+	if d < 0 {
+		panic(fmt.Sprintf("runner: BatchTimeout(%v): the timeout is negative", d))
+	}
+	return func(next BatchHandler) BatchHandler {
+		if d == 0 {
+			return next
+		}
+		cause := &timeoutCause{d: d}
+		return func(ctx context.Context, recs []Record) error {
+			return cause.run(ctx, func() string { return batchName(recs) }, func(ctx context.Context) error { return next(ctx, recs) })
+		}
+	}
+}
+
+// LogBatchFailures is LogFailures for a BatchHandler: each failed attempt
+// of a batch is logged with the batch (topic/partition@first-last), its
+// size, the record a *BatchError names (failed_record), the attempt, the
+// kind and the error; never a key or a value.
+func LogBatchFailures(logger *slog.Logger) BatchMiddleware {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return func(next BatchHandler) BatchHandler {
+		return func(ctx context.Context, recs []Record) error {
+			err := next(ctx, recs)
+			if err == nil {
+				return nil
+			}
+			what := []slog.Attr{slog.String("batch", batchName(recs)), slog.Int("records", len(recs))}
+			var be *BatchError
+			if errors.As(err, &be) && be.Index >= 0 && be.Index < len(recs) {
+				what = append(what, slog.String("failed_record", recs[be.Index].String()))
+			}
+			logFailure(ctx, logger, err, what...)
+			return err
+		}
+	}
+}
+
+// batchName names a batch of one partition: topic/partition@first-last,
+// or topic/partition@offset for one record.
+func batchName(recs []Record) string {
+	switch len(recs) {
+	case 0:
+		return "an empty batch"
+	case 1:
+		return recs[0].String()
+	}
+	return recs[0].String() + "-" + strconv.FormatInt(recs[len(recs)-1].Offset, 10)
 }
