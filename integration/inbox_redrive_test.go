@@ -232,6 +232,77 @@ func TestInboxRedriveBelowTheMark(t *testing.T) {
 	}
 }
 
+// inboxRetainedRound runs one retention round of s, with committed as t/0's
+// committed offset, and returns t/0's applied mark after it.
+func inboxRetainedRound(t *testing.T, pool *pgxpool.Pool, s *inbox.Store, committed int64) int64 {
+	t.Helper()
+	t0 := runner.TP{Topic: "t", Partition: 0}
+	_, ran, err := s.RetentionRound(context.Background(), func(context.Context, []runner.TP) (map[runner.TP]int64, error) {
+		return map[runner.TP]int64{t0: committed}, nil
+	})
+	if err != nil || !ran {
+		t.Fatalf("retention round: ran %v, %v", ran, err)
+	}
+	return inboxCount(t, pool, `SELECT applied_below FROM tidemark_lease WHERE group_id = 'g' AND topic = 't' AND partition = 0`)
+}
+
+// TestInboxRetainForKeepsADeadLetterRedrivable: with RetainFor(d), a dead
+// letter stays redrivable for d after the group's committed offset passed
+// it. It has no row to stop the mark, and its neighbours may be old (t/0@0
+// to 3, applied long before) or absent: a retention round right after the
+// dead-lettering raises the mark only to a committed offset seen at least
+// d ago, so the redrive is applied. Once d has passed, a round raises the
+// mark past the other dead letter, and its redrive is refused as before.
+func TestInboxRetainForKeepsADeadLetterRedrivable(t *testing.T) {
+	t.Parallel()
+	const d = 2 * time.Second
+	ctx := context.Background()
+	pool := inboxDB(t)
+	s := inboxStore(t, pool, "g", inbox.RetainRecords(0), inbox.RetainFor(d))
+	for p := range int32(2) {
+		inboxTake(t, s, runner.TP{Topic: "t", Partition: p}, -1)
+	}
+	h := s.Handler(inboxEffect("a"))
+	for off := range int64(4) {
+		if err := h(ctx, inboxRec("t", 0, off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE tidemark_inbox SET applied_at = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{5, 7, 8, 9} { // 4 and 6 were dead-lettered
+		if err := h(ctx, inboxRec("t", 0, off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if mark := inboxRetainedRound(t, pool, s, 10); mark > 4 {
+		t.Logf("retention raised t/0's applied mark to %d, past the dead letter t/0@4", mark)
+	}
+	if err := h(ctx, inboxRedriven(1, 50, inboxRec("t", 0, 4))); err != nil {
+		t.Fatalf("redrive of t/0@4 within RetainFor of its dead-lettering: %v", err)
+	}
+	if n := inboxEffectsOf(t, pool, inboxRec("t", 0, 4)); n != 1 {
+		t.Fatalf("%d effects of the redriven t/0@4, want 1", n)
+	}
+	if mark := inboxRetainedRound(t, pool, s, 10); mark > 4 {
+		t.Fatalf("a second round within RetainFor raised the mark to %d, past the dead letter t/0@6", mark)
+	}
+
+	time.Sleep(d + 200*time.Millisecond)
+	if mark := inboxRetainedRound(t, pool, s, 10); mark != 10 {
+		t.Fatalf("a round after RetainFor left the mark at %d, want 10", mark)
+	}
+	err := h(ctx, inboxRedriven(1, 51, inboxRec("t", 0, 6)))
+	var ob *inbox.OriginBelowMarkError
+	if !errors.As(err, &ob) || runner.KindOf(err) != runner.PermanentKind || ob.Origin != "t/0@6" {
+		t.Fatalf("redrive of t/0@6 after RetainFor: %v (kind %v), want *OriginBelowMarkError, permanent", err, runner.KindOf(err))
+	}
+	if n := inboxEffectsOf(t, pool, inboxRec("t", 0, 6)); n != 0 {
+		t.Fatalf("%d effects of the refused redrive of t/0@6", n)
+	}
+}
+
 // TestInboxRedriveFencing: the redriven record is fenced by the lease of
 // the partition it was consumed from, never by its origin partition's.
 // Member A holds t/1 and redrives a record whose origin t/0 member B
@@ -382,9 +453,10 @@ func TestInboxRedriveEffectFailsInABatch(t *testing.T) {
 
 // TestInboxUpgradeFromVersion2: a database at version 2, with rows the
 // build of version 2 wrote (its claim is this build's claim), migrates to
-// version 3 with them: the fence still fences their partition, an origin
-// applied at version 2 is a replay for a redrive, and one it never applied
-// is applied once. MigrateTo stops at the version asked.
+// this version (3, then 4) with them: the fence still fences their
+// partition, an origin applied at version 2 is a replay for a redrive, and
+// one it never applied is applied once. MigrateTo stops at the version
+// asked.
 func TestInboxUpgradeFromVersion2(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -426,10 +498,96 @@ func TestInboxUpgradeFromVersion2(t *testing.T) {
 	if n := inboxCount(t, pool, "SELECT count(*) FROM effects"); n != 4 {
 		t.Fatalf("%d effects, want 4 (three at version 2, the redrive of t/0@7)", n)
 	}
+	inboxUpgraded(t, pool)
 	other := inboxStore(t, pool, "g")
 	inboxTake(t, other, t0, -1)
 	if err := h(ctx, inboxRec("t", 0, 3)); !errors.Is(err, runner.ErrFenced) {
 		t.Fatalf("after another member's bump: %v, want ErrFenced", err)
+	}
+}
+
+// TestInboxUpgradeFromVersion3: a database at version 3, with rows and an
+// origin row the build of version 3 wrote (its claim is this build's
+// claim), migrates to version 4 with them. At version 3 this build's
+// retention with RetainFor is refused as not migrated (it needs version
+// 4's bounds); after the migration the origin applied at version 3 is a
+// replay for a second redrive, the first round with RetainFor raises no
+// mark, and the fence still fences the partition.
+func TestInboxUpgradeFromVersion3(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := bed.PG(t)
+	if _, err := pool.Exec(ctx, inboxEffectsDDL); err != nil {
+		t.Fatal(err)
+	}
+	if err := inbox.Migrate(ctx, pool, inbox.MigrateTo(3)); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := inbox.Version(ctx, pool); err != nil || v != 3 {
+		t.Fatalf("version %d, %v after MigrateTo(3)", v, err)
+	}
+	s := inboxStore(t, pool, "g", inbox.RetainRecords(0), inbox.RetainFor(time.Hour))
+	if err := s.Check(ctx); !errors.Is(err, inbox.ErrNotMigrated) {
+		t.Fatalf("Check at version 3: %v, want ErrNotMigrated", err)
+	}
+	t0 := runner.TP{Topic: "t", Partition: 0}
+	inboxTake(t, s, t0, -1)
+	inboxTake(t, s, runner.TP{Topic: "t", Partition: 1}, -1)
+	h := s.Handler(inboxEffect("v3"))
+	for off := range int64(3) {
+		if err := h(ctx, inboxRec("t", 0, off)); err != nil {
+			t.Fatalf("applying at version 3: %v", err)
+		}
+	}
+	if err := h(ctx, inboxRedriven(1, 0, inboxRec("t", 0, 5))); err != nil {
+		t.Fatalf("redrive at version 3: %v", err)
+	}
+	if _, err := s.Prune(ctx, t0, 3); !errors.Is(err, inbox.ErrNotMigrated) {
+		t.Fatalf("Prune with RetainFor at version 3: %v, want ErrNotMigrated", err)
+	}
+	if err := inbox.Migrate(ctx, pool); err != nil {
+		t.Fatalf("Migrate from version 3: %v", err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h(ctx, inboxRedriven(1, 1, inboxRec("t", 0, 5))); err != nil {
+		t.Fatal(err)
+	}
+	if n := inboxCount(t, pool, "SELECT count(*) FROM effects"); n != 4 {
+		t.Fatalf("%d effects, want 4 (three records and one redrive at version 3; the second redrive is a replay)", n)
+	}
+	if mark := inboxRetainedRound(t, pool, s, 3); mark != 0 {
+		t.Fatalf("the first round with RetainFor after the upgrade raised the mark to %d", mark)
+	}
+	inboxUpgraded(t, pool)
+	other := inboxStore(t, pool, "g")
+	inboxTake(t, other, t0, -1)
+	if err := h(ctx, inboxRec("t", 0, 3)); !errors.Is(err, runner.ErrFenced) {
+		t.Fatalf("after another member's bump: %v, want ErrFenced", err)
+	}
+}
+
+// inboxUpgraded checks a database an upgrade test migrated: it is at
+// SchemaVersion, and retention with RetainFor remembers the bound it was
+// given (in a group of its own) and, the bound being new, raises no mark.
+func inboxUpgraded(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	if v, err := inbox.Version(ctx, pool); err != nil || v != inbox.SchemaVersion {
+		t.Fatalf("version %d, %v after the upgrade, want %d", v, err, inbox.SchemaVersion)
+	}
+	s := inboxStore(t, pool, "upgraded", inbox.RetainRecords(0), inbox.RetainFor(time.Hour))
+	tp := runner.TP{Topic: "t", Partition: 0}
+	inboxTake(t, s, tp, -1)
+	if n, err := s.Prune(ctx, tp, 5); err != nil || n != 0 {
+		t.Fatalf("Prune with RetainFor after the upgrade: %d, %v; want nothing pruned", n, err)
+	}
+	if n := inboxCount(t, pool, `SELECT count(*) FROM tidemark_inbox_bounds WHERE group_id = 'upgraded' AND bound = 5`); n != 1 {
+		t.Fatalf("%d bounds remembered, want 1", n)
+	}
+	if n := inboxCount(t, pool, `SELECT applied_below FROM tidemark_lease WHERE group_id = 'upgraded'`); n != 0 {
+		t.Fatalf("applied mark %d after a first Prune with RetainFor, want 0", n)
 	}
 }
 

@@ -378,6 +378,7 @@ func TestInboxUpgradeFromVersion1(t *testing.T) {
 	if !inboxV1Apply(t, pool, epoch, 2, "m-during") {
 		t.Fatal("version 1 could not apply a record after the migration")
 	}
+	inboxUpgraded(t, pool)
 
 	s := inboxStore(t, pool, "g", inbox.DedupHeader("message-id"))
 	inboxTake(t, s, runner.TP{Topic: "t", Partition: 0}, -1)

@@ -182,7 +182,10 @@ func TxOptions(o pgx.TxOptions) Option { return func(c *config) { c.txOptions = 
 func RetainRecords(n int64) Option { return func(c *config) { c.retainRecords = n } }
 
 // RetainFor keeps rows younger than d even below the offset bound, for a
-// margin in time rather than in records. Default 0: the offset bound alone.
+// margin in time rather than in records, and keeps the applied mark below
+// every offset the group consumed less than d ago: retention raises it
+// only to a committed offset it saw at least d ago (see Prune). So a dead
+// letter stays redrivable for d. Default 0: the offset bound alone.
 func RetainFor(d time.Duration) Option { return func(c *config) { c.retainFor = d } }
 
 // DedupWindow is how long rows with a DedupKey are kept, whatever their

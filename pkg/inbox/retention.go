@@ -29,8 +29,13 @@ type CommittedFunc func(ctx context.Context, tps []runner.TP) (map[runner.TP]int
 // offset.
 //
 // Rows without a dedup key go from the mark up to below
-// committed-RetainRecords; with RetainFor, the mark stops at the first row
-// younger than that. Rows with a dedup key stay until they are older than
+// committed-RetainRecords. With RetainFor(d), the mark stops at the first
+// row younger than d, and rises only to a committed offset that Prune (or
+// a retention round) was given at least d ago, less RetainRecords: a dead
+// letter has no row to stop it, and it stays above the mark — redrivable
+// (see OriginBelowMarkError) — for d after the group's committed offset
+// passed it. So the first rounds with RetainFor raise no mark for d. Rows
+// with a dedup key stay until they are older than
 // DedupWindow (they catch the same key at other offsets), then go too.
 // committed is the group's committed offset for tp, as the broker
 // acknowledged it; pass nothing larger: every offset below the mark must
@@ -56,9 +61,34 @@ func (s *Store) prune(ctx context.Context, sc *schema, tp runner.TP, committed i
 	if committed < 0 || bound <= 0 {
 		return 0, nil
 	}
+	if d := s.cfg.retainFor; d > 0 {
+		// The mark rises only to a bound seen at least d ago (see
+		// pruneBound): a dead letter has no row to keep, and a bound
+		// younger than d may have passed it less than d ago.
+		var leased bool
+		var ripe *int64
+		err := s.pool.QueryRow(ctx, sc.sql.pruneBound, s.group, tp.Topic, tp.Partition, committed,
+			d.Microseconds(), (d/boundSpacing).Microseconds()).Scan(&leased, &ripe)
+		if err != nil {
+			if isCode(err, "42P01") { // undefined_table
+				if v, verr := version(ctx, s.pool, sc.n); verr == nil && v < SchemaVersion {
+					return 0, fmt.Errorf("inbox: pruning %s: %w", tp, notMigrated(sc.n, v))
+				}
+			}
+			return 0, connError("pruning "+tp.String(), err)
+		}
+		if !leased {
+			return 0, nil
+		}
+		if ripe == nil {
+			bound = 0
+		} else {
+			bound = min(bound, *ripe-s.cfg.retainRecords)
+		}
+	}
 	var total int64
 	defer func() { s.countPruned(ctx, tp.Topic, total) }()
-	for {
+	for bound > 0 {
 		var deleted, scanned, mark int64
 		err := s.pool.QueryRow(ctx, sc.sql.prune, s.group, tp.Topic, tp.Partition, bound,
 			s.cfg.retainFor.Microseconds(), s.cfg.pruneBatch).Scan(&deleted, &scanned, &mark)
@@ -87,6 +117,13 @@ func (s *Store) prune(ctx context.Context, sc *schema, tp runner.TP, committed i
 		}
 	}
 }
+
+// boundSpacing is how many bounds per RetainFor a partition remembers at
+// most: a round remembers its bound only when the newest remembered one is
+// older than RetainFor/boundSpacing, so the mark lags RetainFor by at most
+// that much more, and the table holds a few rows per partition whatever
+// the rounds' interval.
+const boundSpacing = 16
 
 // RunRetention prunes, every interval, each partition that has a lease in
 // the group, below the offsets committed returns (see Prune). It blocks

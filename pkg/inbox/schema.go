@@ -21,6 +21,7 @@ const (
 	leaseTable      = "tidemark_lease"
 	migrationsTable = "tidemark_inbox_migrations"
 	retentionTable  = "tidemark_inbox_retention"
+	boundsTable     = "tidemark_inbox_bounds"
 	fenceFunc       = "tidemark_inbox_fence"
 	leaseLockFunc   = "tidemark_lease_lock"
 	dedupCompatFunc = "tidemark_inbox_dedup_compat"
@@ -44,6 +45,7 @@ type names struct {
 	lease      string
 	migrations string
 	retention  string
+	bounds     string
 	fence      string
 }
 
@@ -61,7 +63,7 @@ func dollarQuote(body string) string {
 func newNames(schema string) names {
 	q := func(name string) string { return qualify(schema, name) }
 	return names{schema: schema, inbox: q(inboxTable), lease: q(leaseTable), migrations: q(migrationsTable),
-		retention: q(retentionTable), fence: q(fenceFunc)}
+		retention: q(retentionTable), bounds: q(boundsTable), fence: q(fenceFunc)}
 }
 
 // q qualifies the name of an object of the inbox with the names' schema.
@@ -316,6 +318,31 @@ END
 `
 		},
 	},
+
+	{
+		version:     4,
+		description: "the bounds retention saw, with when: with RetainFor the applied mark rises only to a bound that old",
+		sql: func(n names) string {
+			return `
+-- The bounds retention was given for a partition (the group's committed
+-- offset), each with the time it was first seen. With RetainFor(d) a round
+-- raises the partition's applied mark only up to a bound seen at least d
+-- ago: every offset below such a bound was consumed — applied, or
+-- dead-lettered — at least d ago, so a dead letter stays above the mark,
+-- and redrivable, for d. The rows of a version 3 build kept their offsets
+-- with no row for a dead letter, which the mark passed at once.
+CREATE TABLE ` + n.bounds + ` (
+	group_id  text        NOT NULL,
+	topic     text        NOT NULL,
+	partition integer     NOT NULL,
+	seen_at   timestamptz NOT NULL DEFAULT now(),
+	bound     bigint      NOT NULL,
+	PRIMARY KEY (group_id, topic, partition, seen_at)
+);
+COMMENT ON TABLE ` + n.bounds + ` IS 'tidemark: the committed offsets retention saw per partition, and when; with RetainFor the applied mark rises only to one that old';
+`
+		},
+	},
 }
 
 // leaseKeySQL is the advisory lock key of NEW's partition, in the fence and
@@ -326,7 +353,7 @@ const leaseKeySQL = `hashtextextended(NEW.group_id || '/' || NEW.topic || '/' ||
 
 // SchemaVersion is the schema version this build writes and needs: the
 // version of its last migration.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // ErrNotMigrated is returned, wrapped, by Check and by the assign hook when
 // the inbox's tables are missing or older than this build needs.

@@ -86,6 +86,15 @@ type statements struct {
 	// mark; no row when the partition has no lease (then nothing is
 	// deleted: nothing could remember it).
 	prune string
+	// pruneBound, with RetainFor, remembers the bound retention was given
+	// for a partition (the group's committed offset) with the time it was
+	// seen — unless one was seen less than a spacing ago — and returns the
+	// newest bound seen at least RetainFor ago, forgetting the older ones:
+	// the highest offset the applied mark may rise to. Arguments: group,
+	// topic, partition, committed offset, RetainFor and spacing
+	// (microseconds). It returns whether the partition has a lease (without
+	// one nothing is remembered) and the bound, NULL when none is that old.
+	pruneBound string
 	// pruneKeys deletes up to a batch of a partition's rows with a dedup
 	// key older than the dedup window and below the applied mark, found by
 	// their age (an index). Arguments: group, topic, partition, window
@@ -225,6 +234,28 @@ LIMIT 1`,
 UPDATE ` + n.lease + ` SET applied_below = greatest(applied_below, (SELECT at FROM stop))
 WHERE group_id = $1 AND topic = $2 AND partition = $3
 RETURNING (SELECT count(*) FROM gone), (SELECT count(*) FROM scan), applied_below`,
+
+		pruneBound: `WITH lease AS (
+	SELECT FROM ` + n.lease + ` WHERE group_id = $1 AND topic = $2 AND partition = $3
+), seen AS (
+	INSERT INTO ` + n.bounds + ` (group_id, topic, partition, seen_at, bound)
+	SELECT $1, $2, $3, now(), $4::bigint FROM lease
+	WHERE NOT EXISTS (SELECT FROM ` + n.bounds + ` b WHERE b.group_id = $1 AND b.topic = $2 AND b.partition = $3
+		AND b.seen_at > now() - $6::bigint * interval '1 microsecond')
+	ON CONFLICT DO NOTHING
+	RETURNING 1
+), ripe AS (
+	SELECT b.seen_at, b.bound FROM ` + n.bounds + ` b
+	WHERE b.group_id = $1 AND b.topic = $2 AND b.partition = $3
+	  AND b.seen_at <= now() - $5::bigint * interval '1 microsecond'
+	ORDER BY b.seen_at DESC
+	LIMIT 1
+), gone AS (
+	DELETE FROM ` + n.bounds + ` b WHERE b.group_id = $1 AND b.topic = $2 AND b.partition = $3
+	  AND b.seen_at < (SELECT seen_at FROM ripe)
+	RETURNING 1
+)
+SELECT EXISTS (SELECT FROM lease), (SELECT bound FROM ripe)`,
 
 		pruneKeys: `DELETE FROM ` + n.inbox + ` WHERE ctid = ANY (ARRAY (
 	SELECT i.ctid FROM ` + n.inbox + ` i

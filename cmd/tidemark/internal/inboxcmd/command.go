@@ -153,7 +153,8 @@ func Migrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(c.fs.Output(), `usage: tidemark inbox migrate [--dsn DSN] [--schema NAME] [--timeout D]
 
 Creates or upgrades the tables of tidemark's inbox (tidemark_inbox,
-tidemark_lease, tidemark_inbox_retention, tidemark_inbox_migrations) to
+tidemark_lease, tidemark_inbox_retention, tidemark_inbox_bounds,
+tidemark_inbox_migrations) to
 version %d. Safe to run again, and from many places at once: replicas
 serialize on an advisory lock and the later ones find nothing to do. Exit
 status 2 for a usage error (no database named, a bad flag), 1 for a
