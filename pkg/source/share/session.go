@@ -30,6 +30,15 @@ type session struct {
 	held map[recKey]*lockedRec
 	wake chan struct{} // capacity 1: a record settled, or the flow resumed
 
+	// ahead is the records the client has buffered and no poll has
+	// returned yet (under src.mu; kept by aheadHook): a fetch that
+	// slipped out as a poll returned. Their locks run from their fetch,
+	// so the session renews them with what it holds, while it waits for
+	// its records to settle or for the runner to resume, and take uses
+	// the lock end those renewals moved on. A poll's own fetch passes
+	// through here too, for as long as the client buffers it.
+	ahead map[*kgo.Record]*lockedRec
+
 	// Acks for acquisitions whose lock may have expired are sent alone:
 	// the broker refuses every ack of a partition in a request that holds
 	// one for an expired acquisition (INVALID_RECORD_STATE), so a good
@@ -107,7 +116,8 @@ func (ss *session) run(ctx context.Context, sink runner.Sink) {
 		return
 	}
 	for ctx.Err() == nil {
-		if !ss.waitFlow(ctx) {
+		// While paused, what the client fetched ahead is renewed.
+		if !ss.hold(ctx, ss.flowing) {
 			return
 		}
 		// The whole fetch, whatever the budget: records the client kept
@@ -284,6 +294,13 @@ func (ss *session) take(recs []*kgo.Record, now time.Time) ([]runner.Batch, []ru
 		tp := runner.TP{Topic: r.Topic, Partition: r.Partition}
 		k := recKey{tp, r.Offset}
 		dl := r.AcquisitionDeadline()
+		if a := ss.ahead[r]; a != nil {
+			// Renewed while the client buffered it.
+			if a.until.After(dl) {
+				dl = a.until
+			}
+			delete(ss.ahead, r)
+		}
 		if !dl.IsZero() {
 			// Within the margin the lock counts as expired: renew skips
 			// it, so the record would run with its lock ending under
@@ -474,6 +491,14 @@ func (ss *session) renew(ctx context.Context, period time.Duration) {
 		l.rec.Ack(kgo.AckRenew)
 		renewed = append(renewed, l)
 	}
+	for _, l := range ss.ahead {
+		// Buffered, not polled yet: its lock runs all the same.
+		if ss.expired(l, start) {
+			continue
+		}
+		l.rec.Ack(kgo.AckRenew)
+		renewed = append(renewed, l)
+	}
 	clear(ss.refused)
 	ss.src.mu.Unlock()
 	if len(renewed) == 0 {
@@ -513,23 +538,6 @@ func (ss *session) onAcks(_ *kgo.Client, rs kgo.ShareAckResults) {
 	}
 }
 
-// waitFlow waits until no partition is paused; false if ctx ended.
-func (ss *session) waitFlow(ctx context.Context) bool {
-	for {
-		ss.src.mu.Lock()
-		n := len(ss.src.paused)
-		ss.src.mu.Unlock()
-		if n == 0 {
-			return true
-		}
-		select {
-		case <-ss.wake:
-		case <-ctx.Done():
-			return false
-		}
-	}
-}
-
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -539,6 +547,42 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// aheadHook keeps session.ahead: franz-go calls it as its client buffers
+// a fetch's records and as a poll (or a release) takes them.
+type aheadHook struct{ ss *session }
+
+var (
+	_ kgo.HookFetchRecordBuffered   = aheadHook{}
+	_ kgo.HookFetchRecordUnbuffered = aheadHook{}
+)
+
+// OnFetchRecordBuffered notes r as fetched ahead, until its fetch's lock
+// deadline (a record with no deadline is not tracked: nothing to renew
+// by).
+func (h aheadHook) OnFetchRecordBuffered(r *kgo.Record) {
+	dl := r.AcquisitionDeadline()
+	if dl.IsZero() {
+		return
+	}
+	s := h.ss.src
+	s.mu.Lock()
+	h.ss.ahead[r] = &lockedRec{rec: r, until: dl}
+	s.mu.Unlock()
+}
+
+// OnFetchRecordUnbuffered forgets r when the client dropped it unpolled
+// (it releases what it buffered as it leaves the group). A polled record
+// stays until take, which reads the lock end its renewals left.
+func (h aheadHook) OnFetchRecordUnbuffered(r *kgo.Record, polled bool) {
+	if polled {
+		return
+	}
+	s := h.ss.src
+	s.mu.Lock()
+	delete(h.ss.ahead, r)
+	s.mu.Unlock()
 }
 
 // toRunner converts r with its delivery count; the runner copies the

@@ -109,7 +109,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		joins:    newJoins(cfg.sessions),
 	}
 	for i := range cfg.sessions {
-		ss := &session{src: s, id: i, held: map[recKey]*lockedRec{}, refused: map[runner.TP]bool{}, wake: make(chan struct{}, 1), contact: contactOf(s.joins, i)}
+		ss := &session{src: s, id: i, held: map[recKey]*lockedRec{}, ahead: map[*kgo.Record]*lockedRec{}, refused: map[runner.TP]bool{}, wake: make(chan struct{}, 1), contact: contactOf(s.joins, i)}
 		kopts := append([]kgo.Opt{
 			kgo.WithLogger(kgoLogger{cfg.logger.With("component", "franz-go", "group", group, "session", i)}),
 			// A share fetch in flight holds the session's acks, its
@@ -131,7 +131,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 			kgo.ShareMaxRecords(int32(cfg.maxPollRecords)),
 			kgo.ShareMaxRecordsStrict(),
 			kgo.ShareAckCallback(ss.onAcks),
-			kgo.WithHooks(ss.contact),
+			kgo.WithHooks(ss.contact, aheadHook{ss}),
 		)
 		// The coordinator's answers are read off the wire: kgo's hooks
 		// do not say whether a heartbeat was refused (Membership).
