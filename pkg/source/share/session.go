@@ -111,8 +111,7 @@ const minRenew = 100 * time.Millisecond
 // poll is unsettled: franz-go's next poll would accept it (see
 // kgo's finalizePreviousPoll).
 func (ss *session) run(ctx context.Context, sink runner.Sink) {
-	budget, err := sink.Fetched(ctx, nil)
-	if err != nil {
+	if _, err := ss.src.handOver(ctx, sink, nil); err != nil {
 		return
 	}
 	for ctx.Err() == nil {
@@ -153,8 +152,7 @@ func (ss *session) run(ctx context.Context, sink runner.Sink) {
 			return
 		}
 		for len(batches) > 0 {
-			now, rest := splitBatches(batches, budget)
-			budget, err = sink.Fetched(ctx, now)
+			rest, err := ss.src.handOver(ctx, sink, batches)
 			if err != nil {
 				// The runner is stopping: it took none of these.
 				ss.release(batchRecs(ss, batches))

@@ -51,6 +51,13 @@ type Source struct {
 
 	joins *joins // when every session was answered (Membership)
 
+	// handMu serializes the sessions' hand-overs (Sink.Fetched), so that
+	// each hands over no more than the runner's last answer allows:
+	// budget, the records the next hand-over may carry, is one for the
+	// whole source.
+	handMu sync.Mutex
+	budget int
+
 	runDone chan struct{} // closed when Run's sessions have returned
 	started bool          // under mu
 }
@@ -212,6 +219,24 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// handOver hands the runner as many of batches as its budget allows and
+// returns the rest; with no batches it only reads the budget. On an error
+// the runner took none of them.
+func (s *Source) handOver(ctx context.Context, sink runner.Sink, batches []runner.Batch) ([]runner.Batch, error) {
+	s.handMu.Lock()
+	defer s.handMu.Unlock()
+	var now, rest []runner.Batch
+	if len(batches) > 0 {
+		now, rest = splitBatches(batches, s.budget)
+	}
+	budget, err := sink.Fetched(ctx, now)
+	if err != nil {
+		return batches, err
+	}
+	s.budget = budget
+	return rest, nil
 }
 
 // alterGroupConfigs sets configs on the share group's GROUP resource.
