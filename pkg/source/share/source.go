@@ -222,13 +222,22 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 }
 
 // handOver hands the runner as many of batches as its budget allows and
-// returns the rest; with no batches it only reads the budget. On an error
+// returns the rest; with no batches it only reads the budget. While a
+// partition is paused it hands over nothing: the runner's budget leaves
+// paused partitions out (a group source fetches nothing of them until they
+// resume), and a share fetch brings any partition's records. On an error
 // the runner took none of them.
 func (s *Source) handOver(ctx context.Context, sink runner.Sink, batches []runner.Batch) ([]runner.Batch, error) {
 	s.handMu.Lock()
 	defer s.handMu.Unlock()
 	var now, rest []runner.Batch
 	if len(batches) > 0 {
+		s.mu.Lock()
+		paused := len(s.paused) > 0
+		s.mu.Unlock()
+		if paused {
+			return batches, nil
+		}
 		now, rest = splitBatches(batches, s.budget)
 	}
 	budget, err := sink.Fetched(ctx, now)
