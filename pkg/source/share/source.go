@@ -181,9 +181,11 @@ func (s *Source) Group() string { return s.group }
 
 var _ runner.Grouped = (*Source)(nil)
 
-// Run applies the GroupConfig settings, subscribes every session and runs
-// them until ctx is done or Close; it returns nil then, or the error that
-// stopped it (a group config the broker refused).
+// Run applies the GroupConfig settings (with share.isolation.level set to
+// read_committed unless the group or a GroupConfig sets it), subscribes
+// every session and runs them until ctx is done or Close; it returns nil
+// then, or the error that stopped it (a group config the broker refused or
+// did not let it read).
 func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 	s.mu.Lock()
 	if s.started || s.closed {
@@ -197,8 +199,12 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 	defer close(s.runDone)
 	defer cancel()
 
-	if len(s.cfg.groupConfigs) > 0 {
-		if err := alterGroupConfigs(ctx, s.sessions[0].cl, s.group, s.cfg.groupConfigs); err != nil {
+	kvs, err := s.withIsolation(ctx, s.sessions[0].cl)
+	if err != nil {
+		return err
+	}
+	if len(kvs) > 0 {
+		if err := alterGroupConfigs(ctx, s.sessions[0].cl, s.group, kvs); err != nil {
 			return err
 		}
 	}
@@ -219,6 +225,56 @@ func (s *Source) Run(ctx context.Context, sink runner.Sink) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// isolationConfig is the share group's isolation level config.
+const isolationConfig = "share.isolation.level"
+
+// withIsolation returns the GroupConfig settings Run applies, with
+// share.isolation.level=read_committed added when the group reads
+// uncommitted records by default: a share group's default is
+// read_uncommitted, and the group sources read committed records only.
+// A GroupConfig of the user's for it wins, and so does one an operator
+// set on the group (logged).
+func (s *Source) withIsolation(ctx context.Context, cl *kgo.Client) ([][2]string, error) {
+	kvs := s.cfg.groupConfigs
+	for _, kv := range kvs {
+		if kv[0] == isolationConfig {
+			return kvs, nil
+		}
+	}
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	res := kmsg.NewDescribeConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+	res.ResourceName = s.group
+	res.ConfigNames = []string{isolationConfig}
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("share: reading the configs of group %q (its share.isolation.level; GroupConfig(%q, ...) sets it unread): %w", s.group, isolationConfig, err)
+	}
+	for _, r := range resp.Resources {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			msg := ""
+			if r.ErrorMessage != nil {
+				msg = ": " + *r.ErrorMessage
+			}
+			return nil, fmt.Errorf("share: reading the configs of group %q (its share.isolation.level; GroupConfig(%q, ...) sets it unread): %w%s", s.group, isolationConfig, err, msg)
+		}
+		for _, c := range r.Configs {
+			if c.Name != isolationConfig || c.Value == nil {
+				continue
+			}
+			switch {
+			case *c.Value == "read_committed":
+				return kvs, nil
+			case c.Source == kmsg.ConfigSourceGroupConfig:
+				s.log.Warn("the share group reads uncommitted records: share.isolation.level is set on the group", "group", s.group, "value", *c.Value)
+				return kvs, nil
+			}
+		}
+	}
+	return append(slices.Clone(kvs), [2]string{isolationConfig, "read_committed"}), nil
 }
 
 // handOver hands the runner as many of batches as its budget allows and
