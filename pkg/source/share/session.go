@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/tidemark/internal/kgocontact"
 	"github.com/tidemark/tidemark/pkg/runner"
@@ -20,6 +22,12 @@ type session struct {
 	id   int
 	cl   *kgo.Client
 	idle time.Duration // the client's ConnIdleTimeout
+	// maxWait is the client's FetchMaxWait: how long a share fetch may
+	// wait at the broker for records.
+	maxWait time.Duration
+	// flight counts the session's share fetches on the wire; a kgo hook
+	// of cl.
+	flight *fetchFlight
 	// contact is the coordinator's last answer to this session
 	// (Membership); a kgo hook of cl.
 	contact *kgocontact.Contact
@@ -544,6 +552,28 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// fetchFlight counts a client's share fetches written and not answered
+// yet (the end hook runs once per request, after its answer or a failed
+// write).
+type fetchFlight struct{ n atomic.Int32 }
+
+var (
+	_ kgo.HookBrokerWrite = (*fetchFlight)(nil)
+	_ kgo.HookBrokerE2E   = (*fetchFlight)(nil)
+)
+
+func (f *fetchFlight) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == int16(kmsg.ShareFetch) && err == nil {
+		f.n.Add(1)
+	}
+}
+
+func (f *fetchFlight) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e kgo.BrokerE2E) {
+	if key == int16(kmsg.ShareFetch) && e.WriteErr == nil {
+		f.n.Add(-1)
 	}
 }
 

@@ -116,7 +116,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		joins:    newJoins(cfg.sessions),
 	}
 	for i := range cfg.sessions {
-		ss := &session{src: s, id: i, held: map[recKey]*lockedRec{}, ahead: map[*kgo.Record]*lockedRec{}, refused: map[runner.TP]bool{}, wake: make(chan struct{}, 1), contact: contactOf(s.joins, i)}
+		ss := &session{src: s, id: i, held: map[recKey]*lockedRec{}, ahead: map[*kgo.Record]*lockedRec{}, refused: map[runner.TP]bool{}, wake: make(chan struct{}, 1), contact: contactOf(s.joins, i), flight: &fetchFlight{}}
 		kopts := append([]kgo.Opt{
 			kgo.WithLogger(kgoLogger{cfg.logger.With("component", "franz-go", "group", group, "session", i)}),
 			// A share fetch in flight holds the session's acks, its
@@ -138,7 +138,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 			kgo.ShareMaxRecords(int32(cfg.maxPollRecords)),
 			kgo.ShareMaxRecordsStrict(),
 			kgo.ShareAckCallback(ss.onAcks),
-			kgo.WithHooks(ss.contact, aheadHook{ss}),
+			kgo.WithHooks(ss.contact, aheadHook{ss}, ss.flight),
 		)
 		// The coordinator's answers are read off the wire: kgo's hooks
 		// do not say whether a heartbeat was refused (Membership).
@@ -159,6 +159,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		}
 		ss.cl = cl
 		ss.idle, _ = cl.OptValue(kgo.ConnIdleTimeout).(time.Duration)
+		ss.maxWait, _ = cl.OptValue(kgo.FetchMaxWait).(time.Duration)
 		s.sessions = append(s.sessions, ss)
 	}
 	return s, nil
@@ -444,9 +445,12 @@ func (s *Source) Close() error {
 	s.closed = true
 	started, stop := s.started, s.stop
 	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.closeTimeout)
+	defer cancel()
 	if started {
 		stop()
 		<-s.runDone
+		s.awaitFetches(ctx)
 	}
 	s.mu.Lock()
 	n := 0
@@ -473,8 +477,6 @@ func (s *Source) Close() error {
 	if n > 0 {
 		s.log.Info("released the records still held", "records", n)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.closeTimeout)
-	defer cancel()
 	var errs []error
 	var wg sync.WaitGroup
 	errc := make([]error, len(s.sessions))
@@ -499,6 +501,40 @@ func (s *Source) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// awaitFetches waits until no session has a share fetch on the wire, at
+// most the longest a fetch waits at the broker and a second (or until ctx
+// ends). The sessions have stopped polling, but a fetch of theirs may still
+// wait at the broker for records: one released now would be acquired by
+// it, with no handler to run it, and released again as its session leaves
+// — a delivery counted toward share.delivery.count.limit for nothing.
+func (s *Source) awaitFetches(ctx context.Context) {
+	var longest time.Duration
+	for _, ss := range s.sessions {
+		longest = max(longest, ss.maxWait)
+	}
+	ctx, cancel := context.WithTimeout(ctx, longest+time.Second)
+	defer cancel()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		busy := 0
+		for _, ss := range s.sessions {
+			if ss.flight.n.Load() > 0 {
+				busy++
+			}
+		}
+		if busy == 0 {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			s.log.Debug("releasing the records still held with fetches in flight", "sessions", busy)
+			return
+		}
+	}
 }
 
 // report tells the runner about partitions it has not seen yet, once each.

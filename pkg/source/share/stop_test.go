@@ -5,6 +5,7 @@ package share_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -242,4 +243,43 @@ func TestCloseWhilePollsBlocked(t *testing.T) {
 	}
 	// Settle after Close: the source holds nothing; no panic, no ack.
 	src.Settle(runner.TP{Topic: "t", Partition: 0}, 0, runner.Accepted)
+}
+
+// TestCloseReleasesAfterFetchesEnd: Close releases what the runner still
+// held only once no session has a fetch in flight. A session's fetch that
+// waits at the broker for records (its poll ended with the stop, the fetch
+// did not) would otherwise acquire a record another session had just
+// released, and leave the group with it: one delivery of the stuck record
+// with no handler, and a next member that gets it at count 3, not 2.
+func TestCloseReleasesAfterFetchesEnd(t *testing.T) {
+	t.Parallel()
+	const topic, group, n, stuck = "t", "g", 10, 3
+	c := fake(t, topic, 1, n)
+	c.SetGroupConfigs(group, map[string]string{"share.auto.offset.reset": "earliest"})
+	src, err := share.New(c.ListenAddrs(), group, []string{topic}, share.Sessions(4), share.MaxPollRecords(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	done := 0
+	stop := run(t, src, runner.Handle(topic, func(ctx context.Context, rec runner.Record) error {
+		if rec.Offset == stuck {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		mu.Lock()
+		done++
+		mu.Unlock()
+		return nil
+	}), runner.Failure(runner.Skip(1)))
+	waitFor(t, "every record but the stuck one handled", func() bool { mu.Lock(); defer mu.Unlock(); return done == n-1 })
+	time.Sleep(200 * time.Millisecond) // the idle sessions' fetches wait at the broker
+	var de *runner.DrainError
+	if err := stop(300 * time.Millisecond); !errors.As(err, &de) {
+		t.Fatalf("Run: %v, want a *DrainError", err)
+	}
+	counts := nextMember(t, c, group, topic, 1)
+	if dc, ok := counts[stuck]; !ok || dc != 2 {
+		t.Errorf("the next member got %v, want offset %d at delivery count 2 (released once by the first)", counts, stuck)
+	}
 }
