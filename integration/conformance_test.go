@@ -10,6 +10,7 @@ import (
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/franz"
 	"github.com/tidemark/tidemark/pkg/source/kafkago"
+	"github.com/tidemark/tidemark/pkg/source/share"
 	"github.com/tidemark/tidemark/pkg/source/sourcetest"
 )
 
@@ -47,11 +48,23 @@ func adapters(brokers []string) map[string]sourcetest.Factory {
 				)
 			},
 		},
+		"share": {
+			Brokers: brokers,
+			// A share group: no commits, no revokes, no partition owner;
+			// the suite runs the scenarios whose promises it makes.
+			Capabilities: sourcetest.Capabilities{Share: true},
+			New: func(c sourcetest.Config) (runner.Source, error) {
+				return share.New(c.Brokers, c.Group, c.Topics,
+					share.GroupConfig("share.auto.offset.reset", "earliest"),
+					share.Logger(c.Logger),
+				)
+			},
+		},
 	}
 }
 
 // TestConformance runs the source conformance suite (pkg/source/sourcetest)
-// against both adapters on the test bed's broker, side by side: the same
+// against every adapter on the test bed's broker, side by side: the same
 // scenarios, with each adapter's capabilities declared and checked.
 func TestConformance(t *testing.T) {
 	t.Parallel()
@@ -64,7 +77,7 @@ func TestConformance(t *testing.T) {
 }
 
 // TestRebalanceStorm runs the suite's storm scenario at ten times the size
-// TestConformance runs it, for both adapters: 200,000 keyed records (5,000
+// TestConformance runs it, for both group adapters: 200,000 keyed records (5,000
 // keys) over 12 partitions, produced in eight chunks, and members of 64
 // handlers of up to 5ms each, one joining or leaving after each chunk (1.4
 // to 2.4 seconds apart) and on until every record is handled.
@@ -79,6 +92,11 @@ func TestRebalanceStorm(t *testing.T) {
 	// tests (docs/testbed.md); TestConformance's storm, a tenth of it,
 	// runs under -race.
 	for name, f := range adapters(bed.Kafka(t)) {
+		if f.Capabilities.Share {
+			// RunStorm is the group storm (committed offsets, key
+			// order); the share storm runs in TestConformance.
+			continue
+		}
 		t.Run(name, func(t *testing.T) { sourcetest.RunStorm(t, f, size) })
 	}
 }

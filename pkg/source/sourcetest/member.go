@@ -89,20 +89,36 @@ func (e *env) start(name string, topics []string, h runner.Handler, o memberOpts
 	}
 	sp := newSpy(src)
 	sp.name, sp.board = name, e.board
+	if _, ok := src.(runner.Settler); ok {
+		sp.settling, sp.outstanding, sp.settlements = true, map[recKey]int{}, map[runner.Settlement]int{}
+	}
+	if sp.settling != e.f.Capabilities.Share {
+		src.Close()
+		t.Fatalf("sourcetest: %s: the adapter declares Share %v, and its source is a runner.Settler: %v", name, e.f.Capabilities.Share, sp.settling)
+	}
 	if o.spy != nil {
 		o.spy(sp)
 	}
-	opts := []runner.Option{
-		runner.Logger(cfg.Logger),
-		runner.CommitInterval(commitInterval),
-		runner.DrainBudget(drainBudget),
+	opts := []runner.Option{runner.Logger(cfg.Logger), runner.DrainBudget(drainBudget)}
+	if sp.settling {
+		// A share source commits nothing, and the runner refuses Block
+		// (the default) over it: a record retried forever would hold its
+		// lock from every member.
+		opts = append(opts, runner.Failure(runner.Skip(5)))
+	} else {
+		opts = append(opts, runner.CommitInterval(commitInterval))
 	}
 	for _, topic := range topics {
 		opts = append(opts, runner.Handle(topic, h))
 	}
-	// WithOptional: the runner sets the adapter's fetch limits and writes
+	// WithOptionalSettle: the runner settles records through it (the spy
+	// watching), sets the adapter's fetch limits and writes
 	// dead letters through it, as it would without the spy.
-	r, err := runner.New(kafkatest.WithOptional(sp, src), append(opts, o.runner...)...)
+	var observe func(runner.TP, int64, runner.Settlement)
+	if sp.settling {
+		observe = sp.settle
+	}
+	r, err := runner.New(kafkatest.WithOptionalSettle(sp, src, observe), append(opts, o.runner...)...)
 	if err != nil {
 		src.Close()
 		t.Fatalf("sourcetest: %s: runner.New: %v", name, err)
@@ -195,6 +211,13 @@ type spy struct {
 
 	// onRevoke, when set, is called as a revoke reaches the runner.
 	onRevoke func(tps []runner.TP)
+
+	// settling: the adapter settles records (a share adapter); the spy
+	// then counts each record handed over and not yet settled, and the
+	// settlements by outcome.
+	settling    bool
+	outstanding map[recKey]int
+	settlements map[runner.Settlement]int
 }
 
 func newSpy(src runner.Source) *spy {
@@ -240,6 +263,9 @@ func (s *spy) Commit(ctx context.Context, offsets []runner.Offset) error {
 	}
 	if !s.closedAt.IsZero() {
 		s.fail("Commit(%v) after Close", offsets)
+	}
+	if s.settling {
+		s.fail("Commit(%v) over an adapter that settles its records", offsets)
 	}
 	s.mu.Unlock()
 	var others []string
@@ -423,6 +449,11 @@ func (k spySink) Fetched(ctx context.Context, batches []runner.Batch) (int, erro
 			s.fail("batch of %s has position %d at or before its last record %d", b.TP, b.Position, b.Records[nr-1].Offset)
 		}
 		s.delivered[b.TP] += int64(len(b.Records))
+		if s.settling {
+			for _, r := range b.Records {
+				s.outstanding[recKey{b.TP, r.Offset}]++
+			}
+		}
 		if s.completed != nil {
 			s.maxHeld = max(s.maxHeld, s.delivered[b.TP]-s.completed(b.TP))
 		}

@@ -475,7 +475,7 @@ func transactions(t *testing.T, f Factory) {
 
 	l := kafkatest.NewLedger()
 	m := e.start("a", []string{topic}, l.Handler("a", nil), memberOpts{})
-	kafkatest.WaitFor(t, time.Minute, "committed == end offsets (lag 0)", e.c.AtEnd(e.group, topic))
+	e.settled(topic, time.Minute)
 	if err := m.stop(); err != nil {
 		t.Errorf("stop: %v", err)
 	}
@@ -516,7 +516,7 @@ func flow(t *testing.T, f Factory) {
 		spy:    func(s *spy) { s.completed = l.Completed },
 		runner: []runner.Option{runner.WaterMarks(high, low), runner.Concurrency(4)},
 	})
-	kafkatest.WaitFor(t, time.Minute, "committed == end offsets", e.c.AtEnd(e.group, topic))
+	e.settled(topic, time.Minute)
 	if err := m.stop(); err != nil {
 		t.Errorf("stop: %v", err)
 	}

@@ -40,6 +40,17 @@ type Capabilities struct {
 	// without a rebalance. Absent means the adapter joins as a dynamic
 	// member whatever InstanceID says, and leaves the group on Close.
 	StaticMembership bool
+	// Share: the adapter is a share-group source (KIP-932, a
+	// runner.Settler): the broker hands each record to one member at a
+	// time under an acquisition lock, the adapter settles records one by
+	// one, and there are no commits, no revokes and no partition owner.
+	// Present: Run runs the scenarios whose promises a share group makes
+	// (storm, transactions, flow, shutdown; "done" is the share group's
+	// lag 0, not a committed offset), and capability/share=present checks
+	// that two members handle one partition's records at the same time.
+	// Absent: capability/share=absent checks that a partition's records
+	// run in one member at a time, each once.
+	Share bool
 }
 
 // Config is one member's configuration, passed to Factory.New.
@@ -86,7 +97,16 @@ type Config struct {
 //     resuming loses or repeats nothing.
 //   - shutdown: with one handler stuck, Shutdown commits the safe prefix of
 //     every partition, reports the stuck record, and leaves the group.
-//   - capability/cooperative and capability/static: see Capabilities.
+//   - capability/cooperative, capability/static and capability/share: see
+//     Capabilities.
+//
+// A share adapter (Capabilities.Share) runs storm, transactions, flow and
+// shutdown, each judged by the share group's acknowledgements (lag 0)
+// instead of committed offsets, and capability/share only: its storm
+// checks that no record runs in two members at once, its shutdown that
+// the stuck record is released (not accepted) and runs again in the next
+// member, and the spy that the runner never commits over it and settles
+// only records it was handed, once per hand-over.
 func Run(t *testing.T, f Factory) {
 	t.Helper()
 	if len(f.Brokers) == 0 {
@@ -106,6 +126,20 @@ func Run(t *testing.T, f Factory) {
 		{"flow", flow},
 		{"shutdown", shutdown},
 	}
+	if f.Capabilities.Share {
+		// The group scenarios' promises (revoke drains, losses, rebalance
+		// protocols, static members) are a consumer group's; a share
+		// group has none of them.
+		scenarios = []struct {
+			name string
+			run  func(*testing.T, Factory)
+		}{
+			{"storm", shareStorm},
+			{"transactions", transactions},
+			{"flow", flow},
+			{"shutdown", shareShutdown},
+		}
+	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
@@ -114,6 +148,13 @@ func Run(t *testing.T, f Factory) {
 	}
 	t.Run("capability", func(t *testing.T) {
 		t.Parallel()
+		t.Run("share="+presence(f.Capabilities.Share), func(t *testing.T) {
+			t.Parallel()
+			shareCapability(t, f)
+		})
+		if f.Capabilities.Share {
+			return
+		}
 		t.Run("cooperative="+presence(f.Capabilities.Cooperative), func(t *testing.T) {
 			t.Parallel()
 			cooperative(t, f)
