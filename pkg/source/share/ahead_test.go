@@ -86,7 +86,7 @@ func slipShare(t *testing.T, n, maxPoll int, lockMs, limit string, h *slipHook, 
 
 // TestSlippedFetchWhileSettling: a fetch that slipped out as the first
 // poll returned (offsets 4-7) waits in the client while offset 0 runs for
-// three lock durations (its lock renewed). Every record must run once, at
+// two lock durations (its lock renewed). Every record must run once, at
 // its first delivery: docs/share.md promises that records are not
 // acquired long before they run, and a record whose lock ran out in the
 // client comes back with its delivery count raised, towards the limit,
@@ -95,14 +95,14 @@ func TestSlippedFetchWhileSettling(t *testing.T) {
 	t.Parallel()
 	const n = 8
 	h := &slipHook{at: 0, hold: 300 * time.Millisecond}
-	c, src := slipShare(t, n, 4, "1000", "2", h)
+	c, src := slipShare(t, n, 4, "3000", "2", h)
 	var d deliveries
 	var slipped atomic.Bool
 	stop := run(t, src, runner.Handle("t", func(ctx context.Context, rec runner.Record) error {
 		d.add(rec)
 		if rec.Offset == 0 && rec.DeliveryCount == 1 {
 			select {
-			case <-time.After(3 * time.Second):
+			case <-time.After(6 * time.Second):
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -126,7 +126,7 @@ func TestSlippedFetchWhileSettling(t *testing.T) {
 }
 
 // TestSlippedFetchWhilePaused: the runner's flow control pauses the
-// source for three lock durations while the client holds a fetch that
+// source for two lock durations while the client holds a fetch that
 // slipped out. One session, a fetch of 8, water marks (4, 2): offsets 0-3
 // are handed over and block; 4-7 wait in the session (renewed, handed over
 // as the runner resumes); 8-15, fetched as the poll returned, wait in the
@@ -135,14 +135,14 @@ func TestSlippedFetchWhilePaused(t *testing.T) {
 	t.Parallel()
 	const n = 16
 	h := &slipHook{at: 0, hold: 300 * time.Millisecond}
-	c, src := slipShare(t, n, 8, "1000", "2", h)
+	c, src := slipShare(t, n, 8, "3000", "2", h)
 	var d deliveries
 	var slipped atomic.Bool
 	stop := run(t, src, runner.Handle("t", func(ctx context.Context, rec runner.Record) error {
 		d.add(rec)
 		if rec.Offset < 4 && rec.DeliveryCount == 1 {
 			select {
-			case <-time.After(3 * time.Second):
+			case <-time.After(6 * time.Second):
 			case <-ctx.Done():
 				return ctx.Err()
 			}
