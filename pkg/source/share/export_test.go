@@ -33,3 +33,17 @@ func (s *Source) PollCapForTest(n int) {
 		ss.pollCap = n
 	}
 }
+
+// LockRecordsForTest has every record whose Value is in until acquired
+// until its time (records a test makes carry no lock); it returns the
+// function that undoes it.
+func LockRecordsForTest(until map[string]time.Time) (undo func()) {
+	old := acquisitionDeadline
+	acquisitionDeadline = func(r *kgo.Record) time.Time {
+		if t, ok := until[string(r.Value)]; ok {
+			return t
+		}
+		return old(r)
+	}
+	return func() { acquisitionDeadline = old }
+}

@@ -76,3 +76,38 @@ func TestReleaseUntaken(t *testing.T) {
 		t.Fatalf("after 1 was settled: session 1 holds %d, want 0", s1)
 	}
 }
+
+// TestSettleWhileAPollIsTaken: Settle, on the runner's goroutine, reads
+// what a session learnt of the lock duration (to tell whether an ack must
+// go alone) while the session's goroutine takes a new poll, which may
+// learn a longer one. Run with -race: the session must write it under the
+// source's lock.
+func TestSettleWhileAPollIsTaken(t *testing.T) {
+	// Not parallel: it swaps the package's lock-deadline reader.
+	now := time.Now()
+	undo := share.LockRecordsForTest(map[string]time.Time{
+		"a": now.Add(10 * time.Second), "b": now.Add(20 * time.Second),
+	})
+	defer undo()
+	src := newIdle(t, 2)
+	rec := func(off int64, v string) *kgo.Record {
+		return &kgo.Record{Topic: "t", Partition: 0, Offset: off, Value: []byte(v)}
+	}
+	src.TakeForTest(0, []*kgo.Record{rec(1, "a")}, now)
+	// Session 1 gets offset 1 again: a copy, settled with the first.
+	src.TakeForTest(1, []*kgo.Record{rec(1, "a")}, now)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// No synchronisation with the take below but the source's own:
+		// the sleep only makes the take come first most times.
+		time.Sleep(20 * time.Millisecond)
+		src.Settle(runner.TP{Topic: "t", Partition: 0}, 1, runner.Accepted)
+	}()
+	// A longer lock than session 1 has seen: it learns a new duration.
+	src.TakeForTest(1, []*kgo.Record{rec(2, "b")}, now)
+	<-done
+	if s1, all := src.HeldForTest(1); s1 != 1 || all != 1 {
+		t.Fatalf("after 1 was settled: session 1 holds %d, source %d; want 1 (offset 2) and 1", s1, all)
+	}
+}

@@ -69,7 +69,9 @@ type session struct {
 	// first renewal of a poll, by soonest); run goroutine only.
 	nextRenew time.Time
 
-	lockFor time.Duration // the lock duration, as learnt from the polls
+	// lockFor is the lock duration, as learnt from the polls: written by
+	// the run goroutine under src.mu (Settle reads it, through ack).
+	lockFor time.Duration
 	// soonest is the least lock time left on a record of the last poll
 	// when it returned (0: none known).
 	soonest time.Duration
@@ -299,7 +301,7 @@ func (ss *session) take(recs []*kgo.Record, now time.Time) ([]runner.Batch, []ru
 	for _, r := range recs {
 		tp := runner.TP{Topic: r.Topic, Partition: r.Partition}
 		k := recKey{tp, r.Offset}
-		dl := r.AcquisitionDeadline()
+		dl := acquisitionDeadline(r)
 		if a := ss.ahead[r]; a != nil {
 			// Renewed while the client buffered it.
 			if a.until.After(dl) {
@@ -344,13 +346,13 @@ func (ss *session) take(recs []*kgo.Record, now time.Time) ([]runner.Batch, []ru
 		}
 		batches[i].Records = append(batches[i].Records, toRunner(r))
 	}
-	s.mu.Unlock()
 	ss.soonest = lock
 	if lock > 0 && (ss.lockFor == 0 || lock > ss.lockFor) {
 		// The longest remaining lock seen is the closest to the lock
 		// duration (a poll's records were acquired at its fetch).
 		ss.lockFor = lock
 	}
+	s.mu.Unlock()
 	if len(stale) > 0 {
 		s.log.Warn("records polled after their lock expired; released, not run", "session", ss.id, "records", len(stale))
 	}
@@ -590,7 +592,7 @@ var (
 // deadline (a record with no deadline is not tracked: nothing to renew
 // by).
 func (h aheadHook) OnFetchRecordBuffered(r *kgo.Record) {
-	dl := r.AcquisitionDeadline()
+	dl := acquisitionDeadline(r)
 	if dl.IsZero() {
 		return
 	}
@@ -612,6 +614,10 @@ func (h aheadHook) OnFetchRecordUnbuffered(r *kgo.Record, polled bool) {
 	delete(h.ss.ahead, r)
 	s.mu.Unlock()
 }
+
+// acquisitionDeadline is when r's lock ends as its fetch set it; a
+// variable so that tests can give records they make a lock.
+var acquisitionDeadline = (*kgo.Record).AcquisitionDeadline
 
 // toRunner converts r with its delivery count; the runner copies the
 // bytes it keeps.
