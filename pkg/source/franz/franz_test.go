@@ -756,7 +756,13 @@ func TestKeptAcrossRejoin(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.NewFake(t)
 	c.CreateTopic("t", 1)
-	produce(c, "t", 1, 200, 10)
+	// Five seconds of records at 5ms each: commits still flow when the
+	// member is evicted, however long the first wait took on a loaded
+	// machine. With every record committed before the eviction nothing
+	// is committed after it, and the member learns of it from its
+	// heartbeat instead: franz-go then loses the partition and assigns
+	// it anew itself, starting at an offset it reads only as it fetches.
+	produce(c, "t", 1, 1000, 10)
 	tp := runner.TP{Topic: "t", Partition: 0}
 	var l hookLog
 	slow := func(ctx context.Context, _ runner.Record) error {
