@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -138,4 +139,43 @@ func equal[T comparable](a, b []T) bool {
 		}
 	}
 	return true
+}
+
+// TestSettledTelemetry: every settlement the runner hands a Settler is
+// counted in tidemark.records.settled, by topic and outcome: here four
+// records accepted and one (failing) rejected by Skip.
+func TestSettledTelemetry(t *testing.T) {
+	src := newSettleSource(runner.Batch{TP: tp(0), Records: recs(0, 1, 2, 3, 4), Position: -1, HighWatermark: -1})
+	m := newMeter()
+	r := newRunner(t, src, runner.Handle(topic, func(_ context.Context, rec runner.Record) error {
+		if rec.Offset == 2 {
+			return errors.New("poison")
+		}
+		return nil
+	}), runner.Failure(runner.Skip(1)), runner.MeterProvider(m.provider))
+	wait := started(t, r)
+	src.waitSettled(t, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	sum, ok := m.metric(t, "tidemark.records.settled").(metricdata.Sum[int64])
+	if !ok {
+		t.Fatalf("tidemark.records.settled: %#v, want a sum", m.metric(t, "tidemark.records.settled"))
+	}
+	got := map[string]int64{}
+	for _, dp := range sum.DataPoints {
+		if v, _ := dp.Attributes.Value(topicAttr.Key); v.AsString() != topic {
+			t.Errorf("tidemark.records.settled topic %q, want %q", v.AsString(), topic)
+		}
+		v, _ := dp.Attributes.Value("tidemark.settlement")
+		got[v.AsString()] += dp.Value
+	}
+	if want := map[string]int64{"accepted": 4, "rejected": 1}; len(got) != len(want) || got["accepted"] != 4 || got["rejected"] != 1 {
+		t.Errorf("tidemark.records.settled by outcome %v, want %v", got, want)
+	}
 }

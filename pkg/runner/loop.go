@@ -83,6 +83,7 @@ func (r *Runner) loop(ctx context.Context, srcDone <-chan struct{}, srcErr *erro
 func (r *Runner) carryOut(a *actions) {
 	for _, st := range a.settlements {
 		r.settler.Settle(st.tp, st.offset, st.s)
+		r.poll.tel.settledAs(st.tp.Topic, st.s)
 	}
 	for _, rp := range a.replies {
 		rp.send()

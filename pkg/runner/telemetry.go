@@ -69,7 +69,7 @@ type telemetry struct {
 	revokes, pauses, outOfOrder metric.Int64Counter
 	commitFailures, windowFull  metric.Int64Counter
 	replaySkipped, fenced       metric.Int64Counter
-	redelivered                 metric.Int64Counter
+	redelivered, settled        metric.Int64Counter
 	deliveries                  metric.Int64Histogram
 	batchSize                   metric.Int64Histogram
 	commitLatency, revokeTime   metric.Float64Histogram
@@ -85,6 +85,9 @@ type telemetry struct {
 type topicOpts struct {
 	add []metric.AddOption
 	rec []metric.RecordOption
+	// settled is the options of tidemark.records.settled, by Settlement
+	// (index 0 unused).
+	settled [Released + 1][]metric.AddOption
 }
 
 // partTel is one partition's telemetry attributes, built once per
@@ -129,7 +132,12 @@ func newTelemetry(mp metric.MeterProvider, r *Runner) (*telemetry, error) {
 	groupObs := []metric.ObserveOption{gs}
 	for topic := range r.cfg.handlers {
 		a := metric.WithAttributeSet(attribute.NewSet(append(groupKV[:len(groupKV):len(groupKV)], semconv.MessagingDestinationName(topic))...))
-		t.topicAttrs[topic] = topicOpts{add: []metric.AddOption{a}, rec: []metric.RecordOption{a}}
+		o := topicOpts{add: []metric.AddOption{a}, rec: []metric.RecordOption{a}}
+		for st := Accepted; st <= Released; st++ {
+			kv := append(groupKV[:len(groupKV):len(groupKV)], semconv.MessagingDestinationName(topic), settlementKey.String(st.String()))
+			o.settled[st] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
+		}
+		t.topicAttrs[topic] = o
 	}
 
 	var errs []error
@@ -165,6 +173,7 @@ func newTelemetry(mp metric.MeterProvider, r *Runner) (*telemetry, error) {
 	t.fenced = counter("tidemark.records.fenced", "{record}", "Records whose handler was fenced by a newer owner of the partition.")
 	t.commitFailures = counter("tidemark.commit.failures", "{commit}", "Partition offsets whose commit failed or had an unknown outcome, counted per partition of the request.")
 	t.windowFull = counter("tidemark.partitions.window_pauses", "{pause}", "Times a partition was paused with its uncommitted window full behind an unfinished record.")
+	t.settled = counter("tidemark.records.settled", "{record}", "Records the runner settled with a source that settles each record (share groups), by outcome (tidemark.settlement: accepted, rejected or released).")
 	t.redelivered = counter("tidemark.records.redelivered", "{record}", "Records the runner took that the broker had delivered before (delivery count above 1; share groups).")
 	t.deliveries, err = m.Int64Histogram("tidemark.record.delivery_count", metric.WithUnit("{delivery}"),
 		metric.WithDescription("The broker's delivery count of each record the runner took, from sources that count deliveries (share groups): 1 on a first delivery."),
@@ -284,6 +293,18 @@ func (t *telemetry) delivered(topic string, n int32) {
 		t.redelivered.Add(context.Background(), 1, a.add...)
 	}
 }
+
+// settledAs counts a record of topic settled as st.
+func (t *telemetry) settledAs(topic string, st Settlement) {
+	if st < Accepted || st > Released {
+		return
+	}
+	t.settled.Add(context.Background(), 1, t.topicAttrs[topic].settled[st]...)
+}
+
+// settlementKey is the attribute of tidemark.records.settled that names
+// the outcome.
+const settlementKey = attribute.Key("tidemark.settlement")
 
 // The poll goroutine's measurements of partitions.
 

@@ -280,7 +280,7 @@ func TestNewReturnsEveryInstrumentError(t *testing.T) {
 		"messaging.client.consumed.messages", "messaging.process.duration",
 		"tidemark.records.handled", "tidemark.records.failed", "tidemark.records.retried",
 		"tidemark.records.dead_lettered", "tidemark.records.skipped", "tidemark.records.replay_skipped",
-		"tidemark.records.fenced", "tidemark.records.out_of_order", "tidemark.records.redelivered",
+		"tidemark.records.fenced", "tidemark.records.out_of_order", "tidemark.records.redelivered", "tidemark.records.settled",
 		"tidemark.completions.stale", "tidemark.partitions.lost", "tidemark.revokes", "tidemark.partitions.pauses",
 		"tidemark.partitions.window_pauses", "tidemark.commit.failures", "tidemark.record.delivery_count",
 		"tidemark.commit.duration", "tidemark.revoke.duration", "tidemark.records.in_flight",
