@@ -158,6 +158,8 @@ func (w *shareSim) run() {
 	}
 	defer w.prod.Close()
 	w.s.Step("lock %v, delivery limit %d, %d partitions, Skip(%d), fault rate %.2f", w.lock, w.limit, w.parts, w.policy, w.faultRate)
+	stopWatch := w.watchStalls()
+	defer stopWatch()
 	w.produce(w.s.Intn(10, 60))
 	defer w.stopAll()
 
@@ -171,6 +173,37 @@ func (w *shareSim) run() {
 		}
 	}
 	w.finish()
+}
+
+// watchStalls counts as a fault of every member each time the process
+// did not run for a quarter of the lock duration (the margin the source
+// keeps before a lock's known end): on a loaded machine the scheduler can
+// stop every goroutine, the client's and the broker's alike, for that
+// long, and a lock can run out under a record the runner holds. It
+// returns the function that stops the watch.
+func (w *shareSim) watchStalls() (stop func()) {
+	const tick = 10 * time.Millisecond
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				now := time.Now()
+				if now.Sub(last) > w.lock/4 {
+					w.explain("scheduling stall", -1)
+				}
+				last = now
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
 }
 
 // step takes one random step of the schedule; false when the schedule's
