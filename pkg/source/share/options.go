@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Option configures a Source.
@@ -18,6 +19,7 @@ type config struct {
 	groupConfigs   [][2]string
 	clientOpts     []kgo.Opt
 	logger         *slog.Logger
+	meterProvider  metric.MeterProvider
 }
 
 // Defaults the options document.
@@ -78,6 +80,12 @@ func GroupConfig(key, value string) Option {
 func ClientOptions(opts ...kgo.Opt) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }
+
+// MeterProvider sets the OpenTelemetry meter provider of the source's own
+// metric, tidemark.share.acks_refused (the runner's metrics, counted
+// settlements included, come from runner.MeterProvider). Default the
+// global provider.
+func MeterProvider(p metric.MeterProvider) Option { return func(c *config) { c.meterProvider = p } }
 
 // Logger sets the structured logger. Default slog.Default().
 func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }

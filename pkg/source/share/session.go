@@ -541,6 +541,7 @@ func (ss *session) onAcks(_ *kgo.Client, rs kgo.ShareAckResults) {
 			ss.src.mu.Lock()
 			ss.refused[runner.TP{Topic: r.Topic, Partition: r.Partition}] = true
 			ss.src.mu.Unlock()
+			ss.src.tel.refused(r.Topic, r.Partition, r.Err)
 			ss.src.log.Warn("share ack refused; its records will be delivered again", "session", ss.id, "topic", r.Topic, "partition", r.Partition, "err", r.Err)
 		}
 	}

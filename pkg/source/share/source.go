@@ -26,6 +26,7 @@ type Source struct {
 	group  string
 	topics []string
 	log    *slog.Logger
+	tel    *telemetry
 
 	sessions []*session
 
@@ -104,7 +105,12 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	tel, err := newTelemetry(cfg.meterProvider, group)
+	if err != nil {
+		return nil, fmt.Errorf("share: creating the source's metric: %w", err)
+	}
 	s := &Source{
+		tel:      tel,
 		cfg:      cfg,
 		group:    group,
 		topics:   slices.Clone(topics),
