@@ -1,6 +1,7 @@
 package share
 
 import (
+	"context"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -46,4 +47,24 @@ func LockRecordsForTest(until map[string]time.Time) (undo func()) {
 		return old(r)
 	}
 	return func() { acquisitionDeadline = old }
+}
+
+// PollForTest is session i's handling of a poll of recs returned at now,
+// up to the hand-over: take, then the lone release of the records whose
+// lock had expired. It returns the batches the runner would get.
+func (s *Source) PollForTest(i int, recs []*kgo.Record, now time.Time) []runner.Batch {
+	ss := s.sessions[i]
+	b, _, stale := ss.take(recs, now)
+	if len(stale) > 0 {
+		ss.releaseAlone(context.Background(), stale)
+	}
+	return b
+}
+
+// WatchAcksForTest has every ack the source marks reported to f instead
+// of marked on the record; it returns the function that undoes it.
+func WatchAcksForTest(f func(r *kgo.Record, status kgo.AckStatus)) (undo func()) {
+	old := ackRecord
+	ackRecord = f
+	return func() { ackRecord = old }
 }

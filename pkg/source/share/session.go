@@ -257,10 +257,12 @@ func (ss *session) sendStale(ctx context.Context) {
 		s.mu.Lock()
 		acks := ss.stale
 		ss.stale = nil
-		s.mu.Unlock()
 		for _, a := range acks {
-			a.rec.Ack(a.status)
+			if !ss.reacquired(a.rec) {
+				ackRecord(a.rec, a.status)
+			}
 		}
+		s.mu.Unlock()
 		err = ss.cl.FlushAcks(fctx)
 	}
 	if err != nil && ctx.Err() == nil {
@@ -271,7 +273,7 @@ func (ss *session) sendStale(ctx context.Context) {
 	acks := ss.deferred
 	ss.deferred = nil
 	for _, a := range acks {
-		a.rec.Ack(a.status)
+		ackRecord(a.rec, a.status)
 	}
 	s.mu.Unlock()
 }
@@ -407,6 +409,14 @@ func (ss *session) release(recs []*kgo.Record) {
 // lock may have expired, or to be marked after the session's lone acks
 // (under src.mu; k is still in ss.held).
 func (ss *session) ack(k recKey, rec *kgo.Record, status kgo.AckStatus, now time.Time) {
+	if ss.reacquired(rec) {
+		// rec's acquisition has expired: the broker gave the record to
+		// this session again. It takes acks by offset and member, so
+		// rec's ack would settle the newer acquisition, or, sent beside
+		// that one's, be refused with every ack of the partition in the
+		// request. The newer acquisition's own ack settles the record.
+		return
+	}
 	if l := ss.held[k]; l != nil && l.rec == rec && ss.expired(l, now) {
 		ss.stale = append(ss.stale, pendingAck{rec, status})
 		return
@@ -415,7 +425,27 @@ func (ss *session) ack(k recKey, rec *kgo.Record, status kgo.AckStatus, now time
 		ss.deferred = append(ss.deferred, pendingAck{rec, status})
 		return
 	}
-	rec.Ack(status)
+	ackRecord(rec, status)
+}
+
+// reacquired reports whether the session holds a newer acquisition of
+// rec's offset than rec (under src.mu): a record of a later poll, or one
+// the client fetched ahead. The broker delivers a record again only once
+// the earlier acquisition expired, so rec's is gone, and an ack of rec
+// (the broker takes acks by offset and member) would settle the newer
+// one: a release of an expired record would make the record available
+// while its newer copy runs. Acks of rec are dropped.
+func (ss *session) reacquired(rec *kgo.Record) bool {
+	k := recKey{runner.TP{Topic: rec.Topic, Partition: rec.Partition}, rec.Offset}
+	if l := ss.held[k]; l != nil && l.rec != rec {
+		return true
+	}
+	for r := range ss.ahead {
+		if r != rec && r.Offset == rec.Offset && r.Partition == rec.Partition && r.Topic == rec.Topic {
+			return true
+		}
+	}
+	return false
 }
 
 // waitSettled waits until every record the session holds is settled,
@@ -496,7 +526,7 @@ func (ss *session) renew(ctx context.Context, period time.Duration) {
 		}
 		// A record settled meanwhile has a terminal ack: the renew is a
 		// no-op for it (franz-go renews only a record with no ack).
-		l.rec.Ack(kgo.AckRenew)
+		ackRecord(l.rec, kgo.AckRenew)
 		renewed = append(renewed, l)
 	}
 	for _, l := range ss.ahead {
@@ -504,7 +534,7 @@ func (ss *session) renew(ctx context.Context, period time.Duration) {
 		if ss.expired(l, start) {
 			continue
 		}
-		l.rec.Ack(kgo.AckRenew)
+		ackRecord(l.rec, kgo.AckRenew)
 		renewed = append(renewed, l)
 	}
 	clear(ss.refused)
@@ -615,6 +645,10 @@ func (h aheadHook) OnFetchRecordUnbuffered(r *kgo.Record, polled bool) {
 	delete(h.ss.ahead, r)
 	s.mu.Unlock()
 }
+
+// ackRecord marks r's ack with status (kgo.Record.Ack); a variable so that
+// tests can watch the acks of records they make, which have no session.
+var ackRecord = (*kgo.Record).Ack
 
 // acquisitionDeadline is when r's lock ends as its fetch set it; a
 // variable so that tests can give records they make a lock.

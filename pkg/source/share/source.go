@@ -475,7 +475,7 @@ func (s *Source) Close() error {
 		// Acks a stopped session had deferred are marked now, before
 		// the flush; the stale ones after it.
 		for _, a := range ss.deferred {
-			a.rec.Ack(a.status)
+			ackRecord(a.rec, a.status)
 		}
 		ss.deferred, ss.isolating = nil, false
 	}
