@@ -338,7 +338,10 @@ func TestShareRenewLongHandler(t *testing.T) {
 	// A lock of its own, twice the other tests': the renewals come every
 	// third of it, and on a machine saturated by every other test (and
 	// stress-ng) the bed's broker answered one later than the margin of
-	// a 3s lock. What is under test is that renewals come at all.
+	// a 3s lock. What is under test is that renewals come at all. The
+	// lock is set a second time, over shareGroupOpts': the broker refuses
+	// an IncrementalAlterConfigs that names a key twice (kfake does not),
+	// so the source keeps the later value alone.
 	const n, lock = 20, 2 * shareLock
 	lockOpt := share.GroupConfig("share.record.lock.duration.ms", strconv.FormatInt(lock.Milliseconds(), 10))
 	topic, group := bed.Topic(t, 1), bed.Name(t, "share")

@@ -62,9 +62,20 @@ func CloseTimeout(d time.Duration) Option { return func(c *config) { c.closeTime
 // example share.auto.offset.reset=earliest, share.record.lock.duration.ms,
 // share.delivery.count.limit or, on Kafka 4.4, errors.deadletterqueue.topic.name.
 // Group configs are the group's, not the member's: every member sees the
-// last value set. Default none.
+// last value set. A key given twice takes the later value. Default none.
 func GroupConfig(key, value string) Option {
-	return func(c *config) { c.groupConfigs = append(c.groupConfigs, [2]string{key, value}) }
+	return func(c *config) {
+		// The broker refuses a request that sets a key twice
+		// (INVALID_REQUEST): a key given again takes its new value in
+		// place.
+		for i, kv := range c.groupConfigs {
+			if kv[0] == key {
+				c.groupConfigs[i][1] = value
+				return
+			}
+		}
+		c.groupConfigs = append(c.groupConfigs, [2]string{key, value})
+	}
 }
 
 // ClientOptions adds franz-go options to every session's client, for
