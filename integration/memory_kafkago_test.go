@@ -20,6 +20,7 @@ import (
 	"github.com/tidemark/tidemark/internal/kafkatest"
 	"github.com/tidemark/tidemark/pkg/runner"
 	"github.com/tidemark/tidemark/pkg/source/kafkago"
+	"github.com/tidemark/tidemark/pkg/source/share"
 )
 
 // TestBoundedMemoryKafkago is TestBoundedMemory over the kafkago adapter: a
@@ -129,3 +130,31 @@ func residentBytes(t *testing.T) int64 {
 	t.Fatal("resident memory: no VmRSS in /proc/self/status")
 	return 0
 }
+
+// TestBoundedMemoryShare is TestBoundedMemory over the share source: the
+// same backlog and slow handler, read by a share group of four sessions
+// (the default). The runner pauses a partition at its high water mark,
+// and the sessions hand over nothing while it is paused and fetch at most
+// what LimitFetch leaves each (the cap's fetch share over twice the
+// sessions), so the bound is the same: the cap plus memSlack. Records wait
+// in the sessions (MaxPollRecords each, handed over as the budget allows)
+// within that fetch share.
+func TestBoundedMemoryShare(t *testing.T) {
+	boundedMemory(t, func(t *testing.T, group, topic string) (runner.Source, func(t *testing.T)) {
+		src, err := share.New(bed.Kafka(t), group, []string{topic},
+			share.GroupConfig("share.auto.offset.reset", "earliest"),
+			// Renewals every 5s: the handler's backlog holds records for
+			// seconds, and a loaded machine must not let locks run out
+			// (the records would only be delivered again, not lost).
+			share.GroupConfig("share.record.lock.duration.ms", "15000"),
+			share.Logger(kafkatest.Logger(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return src, nil
+	})
+}
+
+// shareHeld is the most records TestBoundedMemoryShare's source holds at
+// once: its default 4 sessions of 512.
+const shareHeld = 4 * 512
