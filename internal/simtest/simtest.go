@@ -130,6 +130,9 @@ type Config struct {
 	Name string
 	// Seeds is how many seeds make test runs (seeds 1..Seeds).
 	Seeds int
+	// Found is seeds that longer runs (make sim) found failing, kept
+	// after their fix: make test runs them beside 1..Seeds.
+	Found []uint64
 	// Parallel is how many seeds run at once (default 1), whatever go
 	// test's -parallel.
 	Parallel int
@@ -202,10 +205,17 @@ func Run(t *testing.T, cfg Config, body func(s *Sim)) {
 		if *seedsFlag > 0 {
 			n = uint64(*seedsFlag)
 		}
-		var next atomic.Uint64
+		seeds := make([]uint64, 0, int(n)+len(cfg.Found))
+		for seed := uint64(1); seed <= n; seed++ {
+			seeds = append(seeds, seed)
+		}
+		if *seedsFlag == 0 {
+			seeds = append(seeds, cfg.Found...)
+		}
+		var next atomic.Int64
 		workers(par, func() {
-			for seed := next.Add(1); seed <= n; seed = next.Add(1) {
-				one(t, seed, *stepsFlag)
+			for i := next.Add(1) - 1; i < int64(len(seeds)); i = next.Add(1) - 1 {
+				one(t, seeds[i], *stepsFlag)
 			}
 		})
 	}
