@@ -175,12 +175,12 @@ bench:
 # The seeded simulations (internal/simtest): make test runs their fixed
 # seeds in make unit; make sim runs new seeds for DURATION (default 10m)
 # and prints a summary of seeds, steps and faults, or stops at the first
-# failing seed. make sim SEED=N runs seed N alone; SIM=share or SIM=group
-# picks one simulation (both without).
+# failing seed. make sim SEED=N runs seed N alone; SIM=share, SIM=group or
+# SIM=franz picks one simulation (all three without).
 SIM ?=
 SEED ?=
-SIM_TESTS := $(if $(filter share,$(SIM)),TestSimShare,$(if $(filter group,$(SIM)),TestSimGroupRunner,TestSimShare|TestSimGroupRunner))
-SIM_PKGS := $(if $(filter share,$(SIM)),./pkg/source/share/,$(if $(filter group,$(SIM)),./pkg/runner/,./pkg/source/share/ ./pkg/runner/))
+SIM_TESTS := $(if $(filter share,$(SIM)),TestSimShare,$(if $(filter group,$(SIM)),TestSimGroupRunner,$(if $(filter franz,$(SIM)),TestSimGroupFranz,TestSimShare|TestSimGroupRunner|TestSimGroupFranz)))
+SIM_PKGS := $(if $(filter share,$(SIM)),./pkg/source/share/,$(if $(filter group,$(SIM)),./pkg/runner/,$(if $(filter franz,$(SIM)),./pkg/source/franz/,./pkg/source/share/ ./pkg/runner/ ./pkg/source/franz/)))
 sim:
 	$(GO) test -race -count=1 -v -run '^($(SIM_TESTS))$$' -timeout 0 $(SIM_PKGS) \
 		$(if $(SEED),-sim.seed=$(SEED),-sim.duration=$(DURATION)) | grep -E '^(---|ok|FAIL)|simulation[:,]|_test.go:[0-9]+: '
