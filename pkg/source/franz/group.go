@@ -114,7 +114,21 @@ func (s *Source) rejoin(tps []runner.TP, member string) map[runner.TP]int64 {
 	}
 	ctx, cancel := context.WithTimeout(runCtx, s.cfg.sessionTimeout)
 	defer cancel()
+	// Read again for up to rejoinReadFor when it fails: a partition whose
+	// offset stays unread starts at the client's position, past the
+	// records the lost assignment fetched and did not finish, which then
+	// no one runs (the floor keeps commits from going backward, not
+	// forward past them).
+	retryUntil := time.Now().Add(rejoinReadFor)
 	resp, err := kadm.NewClient(s.cl).FetchOffsets(ctx, s.group)
+	for wait := 50 * time.Millisecond; err != nil && ctx.Err() == nil && time.Now().Add(wait).Before(retryUntil); wait = min(2*wait, time.Second) {
+		s.log.Warn("reading the committed offsets of rejoined partitions failed; trying again", "partitions", tpStrings(tps), "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+		resp, err = kadm.NewClient(s.cl).FetchOffsets(ctx, s.group)
+	}
 	set := map[string]map[int32]kgo.EpochOffset{}
 	var unread []runner.TP
 	for _, tp := range tps {
@@ -148,6 +162,11 @@ func (s *Source) rejoin(tps []runner.TP, member string) map[runner.TP]int64 {
 	s.own.rejoin(member, tps, unread)
 	return starts
 }
+
+// rejoinReadFor is how long rejoin tries to read the committed offsets of
+// rejoined partitions: long enough for a coordinator to move, short of
+// holding the assign callback (and with it the poll) for long.
+const rejoinReadFor = 5 * time.Second
 
 // onRevoked hands revoked partitions to the runner, which drains them and
 // commits their final offsets through Commit before it returns; franz-go

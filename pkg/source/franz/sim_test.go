@@ -53,6 +53,11 @@ func TestSimGroupFranz(t *testing.T) {
 	t.Parallel()
 	simtest.Run(t, simtest.Config{
 		Name: "franz group", Seeds: 12, Parallel: 6,
+		// A rejoin whose read of the committed offsets failed started
+		// the partition at the client's position, past records the lost
+		// assignment had fetched and not finished: the group's offset
+		// stopped at 196 of 248 (the source now reads again).
+		Found:  []uint64{1796417643539418705},
 		Replay: "go test -race -run TestSimGroupFranz ./pkg/source/franz/ -sim.seed=%d",
 	}, func(s *simtest.Sim) { newGroupSim(s).run() })
 }
