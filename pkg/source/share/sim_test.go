@@ -176,10 +176,13 @@ func (w *shareSim) run() {
 }
 
 // watchStalls counts as a fault of every member each time the process
-// did not run for a quarter of the lock duration (the margin the source
-// keeps before a lock's known end): on a loaded machine the scheduler can
-// stop every goroutine, the client's and the broker's alike, for that
-// long, and a lock can run out under a record the runner holds. It
+// did not run for an eighth of the lock duration (half the margin the
+// source keeps before a lock's known end): on a loaded machine the
+// scheduler stops every goroutine, the client's and the broker's alike,
+// for that long again and again, and together with the delay of the
+// fetch response the source takes its lock deadline from (docs/share.md)
+// a lock can run out under a record the runner holds. On a quiet machine
+// no tick is that late, and every schedule checks the source alone. It
 // returns the function that stops the watch.
 func (w *shareSim) watchStalls() (stop func()) {
 	const tick = 10 * time.Millisecond
@@ -196,7 +199,7 @@ func (w *shareSim) watchStalls() (stop func()) {
 				return
 			case <-t.C:
 				now := time.Now()
-				if now.Sub(last) > w.lock/4 {
+				if now.Sub(last) > w.lock/8 {
 					w.explain("scheduling stall", -1)
 				}
 				last = now
