@@ -296,6 +296,25 @@ func (w *shareSim) produce(n int) {
 	w.mu.Unlock()
 }
 
+// refuseAcks is the broker's answer to r that refuses every partition's
+// acks with INVALID_RECORD_STATE, and how many partitions it refused.
+func refuseAcks(r *kmsg.ShareAcknowledgeRequest) (*kmsg.ShareAcknowledgeResponse, int) {
+	resp := r.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
+	n := 0
+	for _, tp := range r.Topics {
+		rt := kmsg.NewShareAcknowledgeResponseTopic()
+		rt.TopicID = tp.TopicID
+		for _, p := range tp.Partitions {
+			rp := kmsg.NewShareAcknowledgeResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p.Partition, kerr.InvalidRecordState.Code
+			rt.Partitions = append(rt.Partitions, rp)
+			n++
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp, n
+}
+
 // observe is the broker's view: every ack it takes is checked against the
 // handler attempts, and refused when the schedule says so.
 func (w *shareSim) observe(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -323,17 +342,7 @@ func (w *shareSim) observe(req kmsg.Request) (kmsg.Response, error, bool) {
 		w.mu.Unlock()
 		if refuse {
 			w.explain("refused ack", -1)
-			resp := r.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
-			for _, tp := range r.Topics {
-				rt := kmsg.NewShareAcknowledgeResponseTopic()
-				rt.TopicID = tp.TopicID
-				for _, p := range tp.Partitions {
-					rp := kmsg.NewShareAcknowledgeResponseTopicPartition()
-					rp.Partition, rp.ErrorCode = p.Partition, kerr.InvalidRecordState.Code
-					rt.Partitions = append(rt.Partitions, rp)
-				}
-				resp.Topics = append(resp.Topics, rt)
-			}
+			resp, _ := refuseAcks(r)
 			return resp, nil, true
 		}
 		for _, tp := range r.Topics {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -37,18 +36,8 @@ func TestRefusedAcksAreCounted(t *testing.T) {
 		if refused.Load() > 0 {
 			return nil, nil, false
 		}
-		resp := r.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
-		for _, tp := range r.Topics {
-			rt := kmsg.NewShareAcknowledgeResponseTopic()
-			rt.TopicID = tp.TopicID
-			for _, p := range tp.Partitions {
-				rp := kmsg.NewShareAcknowledgeResponseTopicPartition()
-				rp.Partition, rp.ErrorCode = p.Partition, kerr.InvalidRecordState.Code
-				rt.Partitions = append(rt.Partitions, rp)
-				refused.Add(1)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
+		resp, n := refuseAcks(r)
+		refused.Add(int32(n))
 		return resp, nil, true
 	})
 	reader := sdkmetric.NewManualReader()
