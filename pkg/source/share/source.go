@@ -477,7 +477,7 @@ func (s *Source) Close() error {
 		for _, a := range ss.deferred {
 			ackRecord(a.rec, a.status)
 		}
-		ss.deferred, ss.isolating = nil, false
+		ss.deferred, ss.isolating, ss.renewing = nil, false, false
 	}
 	s.mu.Unlock()
 	if n > 0 {
