@@ -34,14 +34,7 @@ func TestDeliveryCountTelemetry(t *testing.T) {
 		runner.Failure(runner.Skip(1)), runner.MeterProvider(m.provider), runner.TracerProvider(prov))
 	wait := started(t, r)
 	src.waitSettled(t, 7)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.Shutdown(ctx); err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
-	if err := wait(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	shutdownAndWait(t, r, wait)
 
 	red, ok := m.metric(t, "tidemark.records.redelivered").(metricdata.Sum[int64])
 	if !ok || len(red.DataPoints) != 1 {
@@ -155,14 +148,7 @@ func TestSettledTelemetry(t *testing.T) {
 	}), runner.Failure(runner.Skip(1)), runner.MeterProvider(m.provider))
 	wait := started(t, r)
 	src.waitSettled(t, 5)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.Shutdown(ctx); err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
-	if err := wait(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	shutdownAndWait(t, r, wait)
 	sum, ok := m.metric(t, "tidemark.records.settled").(metricdata.Sum[int64])
 	if !ok {
 		t.Fatalf("tidemark.records.settled: %#v, want a sum", m.metric(t, "tidemark.records.settled"))

@@ -53,6 +53,20 @@ func assign(t *testing.T, src *runnertest.Source, tps ...runner.TP) {
 
 // started runs r in the background and returns a func that waits for Run's
 // result.
+// shutdownAndWait shuts r down within 10s and waits for the Run that
+// started returned (wait), failing the test on either's error.
+func shutdownAndWait(t *testing.T, r *runner.Runner, wait func() error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
 func started(t *testing.T, r *runner.Runner) func() error {
 	t.Helper()
 	errc := make(chan error, 1)

@@ -143,14 +143,7 @@ func TestSettledOutcomes(t *testing.T) {
 					t.Errorf("offset %d settled %v, want [%v]", off, got[off], w)
 				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := r.Shutdown(ctx); err != nil {
-				t.Fatalf("Shutdown: %v", err)
-			}
-			if err := wait(); err != nil {
-				t.Fatalf("Run: %v", err)
-			}
+			shutdownAndWait(t, r, wait)
 			if src.commits != 0 {
 				t.Errorf("Commit called %d times over a Settler, want 0", src.commits)
 			}
