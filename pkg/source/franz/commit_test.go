@@ -176,6 +176,19 @@ func TestLostWaitsForSentCommit(t *testing.T) {
 	})
 }
 
+// refusedOffsetFetch is the coordinator's answer to r that refuses it,
+// and each group it names, with GROUP_AUTHORIZATION_FAILED.
+func refusedOffsetFetch(r *kmsg.OffsetFetchRequest) *kmsg.OffsetFetchResponse {
+	resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
+	resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+	for _, g := range r.Groups {
+		rg := kmsg.NewOffsetFetchResponseGroup()
+		rg.Group, rg.ErrorCode = g.Group, kerr.GroupAuthorizationFailed.Code
+		resp.Groups = append(resp.Groups, rg)
+	}
+	return resp
+}
+
 // TestRejoinNeverCommitsBackward: a member removed from the group that
 // rejoins under a new member id and keeps its partition reads the group's
 // committed offset to start from it. When that read fails, it goes on from
@@ -270,16 +283,8 @@ func TestRejoinNeverCommitsBackward(t *testing.T) {
 			return nil, nil, false
 		}
 		c.Fake.KeepControl()
-		req := kreq.(*kmsg.OffsetFetchRequest)
-		resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
-		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
-		for _, g := range req.Groups {
-			rg := kmsg.NewOffsetFetchResponseGroup()
-			rg.Group, rg.ErrorCode = g.Group, kerr.GroupAuthorizationFailed.Code
-			resp.Groups = append(resp.Groups, rg)
-		}
 		failedReads.Add(1)
-		return resp, nil, true
+		return refusedOffsetFetch(kreq.(*kmsg.OffsetFetchRequest)), nil, true
 	})
 	close(releaseJoin)
 

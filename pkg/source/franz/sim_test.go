@@ -31,7 +31,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -345,15 +344,8 @@ func (w *groupSim) observeFetch(req kmsg.Request) (kmsg.Response, error, bool) {
 		return nil, nil, false
 	}
 	w.s.Fault("failed read")
-	resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
-	resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
-	for _, g := range r.Groups {
-		rg := kmsg.NewOffsetFetchResponseGroup()
-		rg.Group, rg.ErrorCode = g.Group, kerr.GroupAuthorizationFailed.Code
-		resp.Groups = append(resp.Groups, rg)
-	}
 	w.c.Fake.KeepControl()
-	return resp, nil, true
+	return refusedOffsetFetch(r), nil, true
 }
 
 // observeCommit checks a commit the broker is about to take: it must not
