@@ -46,6 +46,11 @@ type session struct {
 	// the lock end those renewals moved on. A poll's own fetch passes
 	// through here too, for as long as the client buffers it.
 	ahead map[*kgo.Record]*lockedRec
+	// aheadAt counts ahead's records by partition and offset (under
+	// src.mu; addAhead and dropAhead keep both), so that an ack can ask
+	// whether the client holds a newer acquisition of its record without
+	// a walk of ahead.
+	aheadAt map[recKey]int
 
 	// Acks for acquisitions whose lock may have expired are sent alone:
 	// the broker refuses every ack of a partition in a request that holds
@@ -317,7 +322,7 @@ func (ss *session) take(recs []*kgo.Record, now time.Time) ([]runner.Batch, []ru
 			if a.until.After(dl) {
 				dl = a.until
 			}
-			delete(ss.ahead, r)
+			ss.dropAhead(r)
 		}
 		if !dl.IsZero() {
 			// Within the margin the lock counts as expired: renew skips
@@ -448,12 +453,32 @@ func (ss *session) reacquired(rec *kgo.Record) bool {
 	if l := ss.held[k]; l != nil && l.rec != rec {
 		return true
 	}
-	for r := range ss.ahead {
-		if r != rec && r.Offset == rec.Offset && r.Partition == rec.Partition && r.Topic == rec.Topic {
-			return true
-		}
+	n := ss.aheadAt[k]
+	if _, in := ss.ahead[rec]; in {
+		n-- // rec itself
 	}
-	return false
+	return n > 0
+}
+
+// addAhead notes r, buffered by the client and not polled, as held until
+// until (under src.mu).
+func (ss *session) addAhead(r *kgo.Record, until time.Time) {
+	if _, in := ss.ahead[r]; !in {
+		ss.aheadAt[recKey{runner.TP{Topic: r.Topic, Partition: r.Partition}, r.Offset}]++
+	}
+	ss.ahead[r] = &lockedRec{rec: r, until: until}
+}
+
+// dropAhead forgets r from ahead (under src.mu).
+func (ss *session) dropAhead(r *kgo.Record) {
+	if _, in := ss.ahead[r]; !in {
+		return
+	}
+	delete(ss.ahead, r)
+	k := recKey{runner.TP{Topic: r.Topic, Partition: r.Partition}, r.Offset}
+	if ss.aheadAt[k]--; ss.aheadAt[k] <= 0 {
+		delete(ss.aheadAt, k)
+	}
 }
 
 // waitSettled waits until every record the session holds is settled,
@@ -651,7 +676,7 @@ func (h aheadHook) OnFetchRecordBuffered(r *kgo.Record) {
 	}
 	s := h.ss.src
 	s.mu.Lock()
-	h.ss.ahead[r] = &lockedRec{rec: r, until: dl}
+	h.ss.addAhead(r, dl)
 	s.mu.Unlock()
 }
 
@@ -664,7 +689,7 @@ func (h aheadHook) OnFetchRecordUnbuffered(r *kgo.Record, polled bool) {
 	}
 	s := h.ss.src
 	s.mu.Lock()
-	delete(h.ss.ahead, r)
+	h.ss.dropAhead(r)
 	s.mu.Unlock()
 }
 

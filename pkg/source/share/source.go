@@ -122,7 +122,7 @@ func New(brokers []string, group string, topics []string, opts ...Option) (*Sour
 		joins:    newJoins(cfg.sessions),
 	}
 	for i := range cfg.sessions {
-		ss := &session{src: s, id: i, held: map[recKey]*lockedRec{}, ahead: map[*kgo.Record]*lockedRec{}, refused: map[runner.TP]bool{}, wake: make(chan struct{}, 1), contact: contactOf(s.joins, i), flight: &fetchFlight{}}
+		ss := &session{src: s, id: i, held: map[recKey]*lockedRec{}, ahead: map[*kgo.Record]*lockedRec{}, aheadAt: map[recKey]int{}, refused: map[runner.TP]bool{}, wake: make(chan struct{}, 1), contact: contactOf(s.joins, i), flight: &fetchFlight{}}
 		kopts := append([]kgo.Opt{
 			kgo.WithLogger(kgoLogger{cfg.logger.With("component", "franz-go", "group", group, "session", i)}),
 			// A share fetch in flight holds the session's acks, its
