@@ -283,12 +283,17 @@ func (ss *session) sendStale(ctx context.Context) {
 	}
 	s.mu.Lock()
 	ss.isolating = false
-	acks := ss.deferred
-	ss.deferred = nil
-	for _, a := range acks {
+	ss.markDeferred()
+	s.mu.Unlock()
+}
+
+// markDeferred marks the acks Settle deferred while the session sent its
+// lone acks or its renewals (under src.mu).
+func (ss *session) markDeferred() {
+	for _, a := range ss.deferred {
 		ackRecord(a.rec, a.status)
 	}
-	s.mu.Unlock()
+	ss.deferred = nil
 }
 
 // drain keeps renewing what the session still holds (copies of records
@@ -583,12 +588,9 @@ func (ss *session) renew(ctx context.Context, period time.Duration) {
 	ss.src.mu.Lock()
 	ss.renewing = false
 	if !ss.isolating {
-		// The acks Settle deferred meanwhile: the renewals are answered
-		// (or the flush gave up on them: a late one may still race).
-		for _, a := range ss.deferred {
-			ackRecord(a.rec, a.status)
-		}
-		ss.deferred = nil
+		// The renewals are answered (or the flush gave up on them: a
+		// late one may still race).
+		ss.markDeferred()
 	}
 	ss.src.mu.Unlock()
 	if err != nil {

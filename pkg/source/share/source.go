@@ -474,10 +474,8 @@ func (s *Source) Close() error {
 	for _, ss := range s.sessions {
 		// Acks a stopped session had deferred are marked now, before
 		// the flush; the stale ones after it.
-		for _, a := range ss.deferred {
-			ackRecord(a.rec, a.status)
-		}
-		ss.deferred, ss.isolating, ss.renewing = nil, false, false
+		ss.markDeferred()
+		ss.isolating, ss.renewing = false, false
 	}
 	s.mu.Unlock()
 	if n > 0 {
