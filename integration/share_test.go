@@ -547,15 +547,17 @@ func recordHeader(r *kgo.Record, key string) (string, bool) {
 	return "", false
 }
 
-// TestShareRenewKeepsConnection: with ConnIdleTimeout (1s) shorter than the
-// lock (6s), renewing by the lock alone leaves the session's fetch
+// TestShareRenewKeepsConnection: with ConnIdleTimeout (2s) shorter than the
+// lock (12s), renewing by the lock alone leaves the session's fetch
 // connection idle long enough for franz-go to close it, and the broker
 // drops the share session with it: the acks of the records already handled
 // are refused and every record of the poll — the one still running too — is
 // delivered again. The session renews (and flushes) by the shorter of the
 // two, so a 9s handler keeps its record and every record is handled once.
 // (Renewing by the lock alone: record 0 handled twice, delivery counts
-// [1 2], three "share ack refused" warnings.)
+// [1 2], three "share ack refused" warnings, with a 1s idle timeout under
+// a 6s lock; a loaded machine once missed that 1s with the fix in, so both
+// timers are doubled, the lock's third still twice the idle timeout.)
 func TestShareRenewKeepsConnection(t *testing.T) {
 	t.Parallel()
 	const n = 5
@@ -564,8 +566,8 @@ func TestShareRenewKeepsConnection(t *testing.T) {
 	adm := bed.Admin(t)
 	src, err := share.New(bed.Kafka(t), group, []string{topic}, share.Sessions(1),
 		share.GroupConfig("share.auto.offset.reset", "earliest"),
-		share.GroupConfig("share.record.lock.duration.ms", "6000"),
-		share.ClientOptions(kgo.ConnIdleTimeout(time.Second)))
+		share.GroupConfig("share.record.lock.duration.ms", "12000"),
+		share.ClientOptions(kgo.ConnIdleTimeout(2*time.Second)))
 	if err != nil {
 		t.Fatal(err)
 	}
