@@ -62,14 +62,6 @@ type session struct {
 	stale     []pendingAck
 	deferred  []pendingAck
 	isolating bool
-	// renewing is set while the session's renewals are marked and not
-	// yet flushed (under src.mu): Settle defers this session's acks in
-	// deferred meanwhile. franz-go leaves a window open in which a
-	// renewal drained for a request and a terminal ack marked after it
-	// both go out as the terminal ack; the broker refuses the second
-	// request's acks of the whole partition (INVALID_RECORD_STATE) and
-	// innocent records beside it are delivered again.
-	renewing bool
 	// refused is the partitions whose acks the broker refused since the
 	// last renewal began (under src.mu; set by onAcks).
 	refused map[runner.TP]bool
@@ -288,7 +280,7 @@ func (ss *session) sendStale(ctx context.Context) {
 }
 
 // markDeferred marks the acks Settle deferred while the session sent its
-// lone acks or its renewals (under src.mu).
+// lone acks (under src.mu).
 func (ss *session) markDeferred() {
 	for _, a := range ss.deferred {
 		ackRecord(a.rec, a.status)
@@ -439,7 +431,7 @@ func (ss *session) ack(k recKey, rec *kgo.Record, status kgo.AckStatus, now time
 		ss.stale = append(ss.stale, pendingAck{rec, status})
 		return
 	}
-	if ss.isolating || ss.renewing {
+	if ss.isolating {
 		ss.deferred = append(ss.deferred, pendingAck{rec, status})
 		return
 	}
@@ -576,24 +568,13 @@ func (ss *session) renew(ctx context.Context, period time.Duration) {
 		renewed = append(renewed, l)
 	}
 	clear(ss.refused)
+	ss.src.mu.Unlock()
 	if len(renewed) == 0 {
-		ss.src.mu.Unlock()
 		return
 	}
-	ss.renewing = true
-	ss.src.mu.Unlock()
 	fctx, cancel := context.WithTimeout(ctx, period)
 	defer cancel()
-	err := ss.cl.FlushAcks(fctx)
-	ss.src.mu.Lock()
-	ss.renewing = false
-	if !ss.isolating {
-		// The renewals are answered (or the flush gave up on them: a
-		// late one may still race).
-		ss.markDeferred()
-	}
-	ss.src.mu.Unlock()
-	if err != nil {
+	if err := ss.cl.FlushAcks(fctx); err != nil {
 		if ctx.Err() == nil {
 			ss.src.log.Warn("renewing locks: acks not flushed in time", "session", ss.id, "records", len(renewed), "err", err)
 		}

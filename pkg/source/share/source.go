@@ -475,7 +475,7 @@ func (s *Source) Close() error {
 		// Acks a stopped session had deferred are marked now, before
 		// the flush; the stale ones after it.
 		ss.markDeferred()
-		ss.isolating, ss.renewing = false, false
+		ss.isolating = false
 	}
 	s.mu.Unlock()
 	if n > 0 {
