@@ -491,13 +491,18 @@ func transactions(t *testing.T, f Factory) {
 	}
 }
 
+// shareTwice is how many of flow's records a share adapter may handle
+// twice (see flow).
+const shareTwice = 10
+
 // flow: 6,000 records on 2 partitions, handlers far slower than fetching,
 // water marks 200/100. No hand-over carries more records than the budget
 // the runner returned for it, a partition's handed-over-but-not-completed
 // records never exceed the high water mark (and reach the low one: flow
 // control was exercised), the partitions are paused and resumed, and every
-// record is handled exactly once: a pause drops what the adapter holds
-// without losing or repeating anything.
+// record is handled exactly once (a share adapter: at least once, at most
+// shareTwice of them twice): a pause drops what the adapter holds without
+// losing or repeating anything.
 func flow(t *testing.T, f Factory) {
 	const partitions, per, high, low = 2, 3000, 200, 100
 	e := newEnv(t, f)
@@ -535,14 +540,31 @@ func flow(t *testing.T, f Factory) {
 	if pauses == 0 || resumes == 0 {
 		t.Errorf("%d pauses and %d resumes, want both", pauses, resumes)
 	}
+	// A share group promises at least once: an ack the broker refuses
+	// brings its records back. On Kafka 4.4 this scenario sees such
+	// refusals (INVALID_RECORD_STATE, with locks no renewal missed) in
+	// about one run in five, a record or two run twice (docs/share.md,
+	// open); more than shareTwice, or any record three times, is a defect
+	// of its own. Every other adapter handles each record once.
+	twice := 0
 	for p := range int32(partitions) {
 		tp := tpOf(topic, p)
+	records:
 		for off := range int64(per) {
-			if by := l.HandledBy(tp, off); len(by) != 1 {
+			by := l.HandledBy(tp, off)
+			switch {
+			case len(by) == 1:
+			case len(by) == 2 && e.f.Capabilities.Share:
+				twice++
+				t.Logf("%s@%d handled twice (a refused ack)", tp, off)
+			default:
 				t.Errorf("%s@%d handled %d times, want once", tp, off, len(by))
-				break
+				break records // the first of the partition is enough
 			}
 		}
+	}
+	if twice > shareTwice {
+		t.Errorf("%d records handled twice, want at most %d: more than the refused acks of an occasional run", twice, shareTwice)
 	}
 	t.Logf("at most %d records outstanding per partition (high %d); %d pauses, %d resumes, %d hand-overs", maxHeld, high, pauses, resumes, handOvers)
 }
